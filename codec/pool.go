@@ -1,0 +1,10 @@
+package codec
+
+import "github.com/valyala/bytebufferpool"
+
+// Distinct pools per buffer kind, as bytebufferpool recommends: request frames and response
+// frames have different size distributions, and each pool calibrates to its own.
+var (
+	FramePool    bytebufferpool.Pool
+	ResponsePool bytebufferpool.Pool
+)

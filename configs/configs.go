@@ -1,0 +1,375 @@
+// Package configs holds the broker configuration: defaults, a Kafka-style .properties file, KAAS_*
+// environment variables and command-line flags, applied in that order (later wins). Keys use
+// Apache Kafka's broker property names wherever Kafka has one, so an operator's muscle memory
+// (and kafka-configs output) carries over.
+package configs
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the broker configuration. See configs/kaas.properties for every key with its meaning.
+type Config struct {
+	BrokerID            int32
+	Listeners           string // host:port (PLAINTEXT://host:port accepted)
+	AdvertisedListeners string // host:port clients are told to use; empty = the bound listener
+	DataDir             string
+	MetricsAddr         string // HTTP /metrics, /healthz, /debug/pprof; empty = off
+	LogLevel            string
+
+	NumEventLoops        int   // gnet loops; 0 = one per CPU
+	SocketRequestMaxByte int32 // socket.request.max.bytes
+	MaxInflightPerConn   int   // requests decoded but not yet answered, per connection
+
+	AutoCreateTopics       bool
+	NumPartitions          int32
+	DeleteTopicEnable      bool
+	LogRetentionMs         int64
+	LogRetentionBytes      int64
+	LogSegmentBytes        int64
+	LogRollMs              int64
+	MessageMaxBytes        int32
+	LogFlushIntervalMsgs   int64
+	LogFlushIntervalMs     int64
+	LogTimestampType       string
+	LogTimestampBeforeMax  int64
+	LogTimestampAfterMax   int64
+	RetentionCheckInterval time.Duration
+
+	FetchMaxBytes         int32
+	FetchSessionCacheSize int
+
+	GroupInitialRebalanceDelay time.Duration
+	GroupMinSessionTimeout     time.Duration
+	GroupMaxSessionTimeout     time.Duration
+	GroupMaxSize               int
+	OffsetsRetention           time.Duration
+
+	TransactionMaxTimeout   time.Duration
+	TransactionVersion      int16
+	TransactionReapInterval time.Duration
+}
+
+// Default returns the configuration of `make run`: one broker, id 0, 127.0.0.1:9092, data in
+// ./data, metrics on 127.0.0.1:9644, fsync before every acknowledgement.
+func Default() Config {
+	return Config{
+		BrokerID:             0,
+		Listeners:            "127.0.0.1:9092",
+		DataDir:              "./data",
+		MetricsAddr:          "127.0.0.1:9644",
+		LogLevel:             "info",
+		SocketRequestMaxByte: 100 << 20,
+		MaxInflightPerConn:   64,
+
+		AutoCreateTopics:       true,
+		NumPartitions:          1,
+		DeleteTopicEnable:      true,
+		LogRetentionMs:         7 * 24 * 3600 * 1000,
+		LogRetentionBytes:      -1,
+		LogSegmentBytes:        1 << 30,
+		LogRollMs:              7 * 24 * 3600 * 1000,
+		MessageMaxBytes:        1048588,
+		LogFlushIntervalMsgs:   1, // Kafka's default is Long.MAX (page cache); ours is honest fsync
+		LogFlushIntervalMs:     math.MaxInt64,
+		LogTimestampType:       "CreateTime",
+		LogTimestampBeforeMax:  math.MaxInt64,
+		LogTimestampAfterMax:   3600000, // Kafka 4.0 default (KIP-937)
+		RetentionCheckInterval: 5 * time.Minute,
+
+		FetchMaxBytes:         55 << 20,
+		FetchSessionCacheSize: 1000,
+
+		GroupInitialRebalanceDelay: 3 * time.Second,
+		GroupMinSessionTimeout:     6 * time.Second,
+		GroupMaxSessionTimeout:     30 * time.Minute,
+		GroupMaxSize:               math.MaxInt32,
+		OffsetsRetention:           7 * 24 * time.Hour,
+
+		TransactionMaxTimeout:   15 * time.Minute,
+		TransactionVersion:      2,
+		TransactionReapInterval: 10 * time.Second,
+	}
+}
+
+type kind int
+
+const (
+	kString kind = iota
+	kInt32
+	kInt64
+	kInt
+	kInt16
+	kBool
+	kMillis
+)
+
+type entry struct {
+	key  string
+	kind kind
+	ptr  any
+	help string
+}
+
+func (c *Config) entries() []entry {
+	return []entry{
+		{"broker.id", kInt32, &c.BrokerID, "broker id; PIDs are partitioned per broker id"},
+		{"listeners", kString, &c.Listeners, "host:port the Kafka listener binds (PLAINTEXT://host:port accepted)"},
+		{"advertised.listeners", kString, &c.AdvertisedListeners, "host:port returned in Metadata; empty = the bound address"},
+		{"data.dir", kString, &c.DataDir, "data directory (alias: log.dirs)"},
+		{"metrics.addr", kString, &c.MetricsAddr, "HTTP address for /metrics, /healthz and /debug/pprof; empty disables"},
+		{"log.level", kString, &c.LogLevel, "debug|info|warn|error"},
+		{"num.network.threads", kInt, &c.NumEventLoops, "event loops; 0 = one per CPU"},
+		{"socket.request.max.bytes", kInt32, &c.SocketRequestMaxByte, "largest request frame accepted; larger closes the connection"},
+		{"max.inflight.requests.per.connection", kInt, &c.MaxInflightPerConn, "decoded-but-unanswered requests per connection before reading pauses"},
+		{"auto.create.topics.enable", kBool, &c.AutoCreateTopics, "create topics on Metadata requests that ask for it"},
+		{"num.partitions", kInt32, &c.NumPartitions, "partitions of auto-created topics"},
+		{"delete.topic.enable", kBool, &c.DeleteTopicEnable, "allow DeleteTopics"},
+		{"log.retention.ms", kInt64, &c.LogRetentionMs, "default retention.ms; -1 keeps forever"},
+		{"log.retention.bytes", kInt64, &c.LogRetentionBytes, "default retention.bytes per partition; -1 = unlimited"},
+		{"log.segment.bytes", kInt64, &c.LogSegmentBytes, "default segment.bytes"},
+		{"log.roll.ms", kInt64, &c.LogRollMs, "default segment.ms"},
+		{"message.max.bytes", kInt32, &c.MessageMaxBytes, "default max.message.bytes (largest record batch)"},
+		{"log.flush.interval.messages", kInt64, &c.LogFlushIntervalMsgs, "default flush.messages: 1 = fsync before every ack (honest durability); larger trades durability for speed"},
+		{"log.flush.interval.ms", kInt64, &c.LogFlushIntervalMs, "default flush.ms: background fsync period when flush.messages > 1"},
+		{"log.message.timestamp.type", kString, &c.LogTimestampType, "CreateTime or LogAppendTime"},
+		{"log.message.timestamp.before.max.ms", kInt64, &c.LogTimestampBeforeMax, "reject CreateTime records older than this"},
+		{"log.message.timestamp.after.max.ms", kInt64, &c.LogTimestampAfterMax, "reject CreateTime records further in the future than this"},
+		{"log.retention.check.interval.ms", kMillis, &c.RetentionCheckInterval, "how often retention runs"},
+		{"fetch.max.bytes", kInt32, &c.FetchMaxBytes, "upper bound on one Fetch response"},
+		{"max.incremental.fetch.session.cache.slots", kInt, &c.FetchSessionCacheSize, "KIP-227 fetch sessions kept"},
+		{"group.initial.rebalance.delay.ms", kMillis, &c.GroupInitialRebalanceDelay, "delay of the first rebalance of an empty group"},
+		{"group.min.session.timeout.ms", kMillis, &c.GroupMinSessionTimeout, "smallest session timeout a member may ask for"},
+		{"group.max.session.timeout.ms", kMillis, &c.GroupMaxSessionTimeout, "largest session timeout a member may ask for"},
+		{"group.max.size", kInt, &c.GroupMaxSize, "members per group"},
+		{"offsets.retention.minutes", kInt, nil, "(reserved)"},
+		{"transaction.max.timeout.ms", kMillis, &c.TransactionMaxTimeout, "largest transaction.timeout.ms a producer may ask for"},
+		{"transaction.version", kInt16, &c.TransactionVersion, "finalized transaction.version feature advertised in ApiVersions (1 or 2)"},
+		{"transaction.abort.timed.out.transaction.cleanup.interval.ms", kMillis, &c.TransactionReapInterval, "transaction timeout reaper period"},
+	}
+}
+
+func (e entry) set(v string) error {
+	v = strings.TrimSpace(v)
+	switch p := e.ptr.(type) {
+	case nil:
+		return nil
+	case *string:
+		*p = v
+	case *bool:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return err
+		}
+		*p = b
+	case *int32:
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return err
+		}
+		*p = int32(n)
+	case *int16:
+		n, err := strconv.ParseInt(v, 10, 16)
+		if err != nil {
+			return err
+		}
+		*p = int16(n)
+	case *int:
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return err
+		}
+		*p = n
+	case *int64:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return err
+		}
+		*p = n
+	case *time.Duration:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return err
+		}
+		*p = time.Duration(n) * time.Millisecond
+	default:
+		return fmt.Errorf("BUG: unhandled config type %T", p)
+	}
+	return nil
+}
+
+func (e entry) String() string {
+	switch p := e.ptr.(type) {
+	case nil:
+		return ""
+	case *time.Duration:
+		return strconv.FormatInt(p.Milliseconds(), 10)
+	default:
+		return fmt.Sprint(reflectDeref(p))
+	}
+}
+
+func reflectDeref(p any) any {
+	switch v := p.(type) {
+	case *string:
+		return *v
+	case *bool:
+		return *v
+	case *int32:
+		return *v
+	case *int16:
+		return *v
+	case *int:
+		return *v
+	case *int64:
+		return *v
+	}
+	return p
+}
+
+var aliases = map[string]string{"log.dirs": "data.dir", "log.dir": "data.dir"}
+
+// Set applies one key=value; unknown keys are an error so typos do not pass silently.
+func (c *Config) Set(key, value string) error {
+	if a, ok := aliases[key]; ok {
+		key = a
+	}
+	for _, e := range c.entries() {
+		if e.key == key {
+			if err := e.set(value); err != nil {
+				return fmt.Errorf("cannot parse config %s=%q: %w", key, value, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown config key %q", key)
+}
+
+// ParseProperties applies a Kafka-style properties stream (key=value, # comments).
+func (c *Config) ParseProperties(r io.Reader, name string) error {
+	sc := bufio.NewScanner(r)
+	line := 0
+	for sc.Scan() {
+		line++
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || s[0] == '#' || s[0] == '!' {
+			continue
+		}
+		i := strings.IndexAny(s, "=:")
+		if i < 0 {
+			return fmt.Errorf("%s:%d: expected key=value", name, line)
+		}
+		if err := c.Set(strings.TrimSpace(s[:i]), s[i+1:]); err != nil {
+			return fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+	}
+	return sc.Err()
+}
+
+// EnvName is the environment variable for a key: KAAS_ + upper-cased key with dots as underscores.
+func EnvName(key string) string {
+	return "KAAS_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
+}
+
+// Load builds the configuration from defaults, the file named by --config (or KAAS_CONFIG), the
+// environment and the flags in args.
+func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	c := Default()
+	fs := flag.NewFlagSet("kaas", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("config", getenv("KAAS_CONFIG"), "properties file (Kafka server.properties style)")
+	flagVals := map[string]*string{}
+	for _, e := range c.entries() {
+		flagVals[e.key] = fs.String(e.key, "", e.help+" (default "+e.String()+")")
+	}
+	fs.String("log.dirs", "", "alias of data.dir")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if *file != "" {
+		f, err := os.Open(*file)
+		if err != nil {
+			return c, fmt.Errorf("cannot open config file: %w", err)
+		}
+		err = c.ParseProperties(f, *file)
+		f.Close()
+		if err != nil {
+			return c, err
+		}
+	}
+	for _, e := range c.entries() {
+		if v := getenv(EnvName(e.key)); v != "" {
+			if err := c.Set(e.key, v); err != nil {
+				return c, fmt.Errorf("%s: %w", EnvName(e.key), err)
+			}
+		}
+	}
+	var ferr error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "config" || ferr != nil {
+			return
+		}
+		ferr = c.Set(f.Name, f.Value.String())
+	})
+	if ferr != nil {
+		return c, ferr
+	}
+	return c, c.Validate()
+}
+
+// Validate checks ranges and normalises the listener address.
+func (c *Config) Validate() error {
+	var errs []error
+	c.Listeners = strings.TrimPrefix(c.Listeners, "PLAINTEXT://")
+	c.AdvertisedListeners = strings.TrimPrefix(c.AdvertisedListeners, "PLAINTEXT://")
+	if c.BrokerID < 0 {
+		errs = append(errs, errors.New("broker.id must be >= 0"))
+	}
+	if c.SocketRequestMaxByte < 1024 {
+		errs = append(errs, errors.New("socket.request.max.bytes must be >= 1024"))
+	}
+	if c.MaxInflightPerConn < 1 {
+		errs = append(errs, errors.New("max.inflight.requests.per.connection must be >= 1"))
+	}
+	if c.NumPartitions < 1 {
+		errs = append(errs, errors.New("num.partitions must be >= 1"))
+	}
+	if c.LogFlushIntervalMsgs < 1 {
+		errs = append(errs, errors.New("log.flush.interval.messages must be >= 1"))
+	}
+	if c.LogTimestampType != "CreateTime" && c.LogTimestampType != "LogAppendTime" {
+		errs = append(errs, errors.New("log.message.timestamp.type must be CreateTime or LogAppendTime"))
+	}
+	if c.TransactionVersion < 0 || c.TransactionVersion > 2 {
+		errs = append(errs, errors.New("transaction.version must be 0, 1 or 2"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data.dir must be set"))
+	}
+	return errors.Join(errs...)
+}
+
+// Keys lists every key with its current value, for logging the effective configuration.
+func (c *Config) Keys() []string {
+	var out []string
+	for _, e := range c.entries() {
+		if e.ptr != nil {
+			out = append(out, e.key+"="+e.String())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
