@@ -1,0 +1,438 @@
+package server
+
+// Fetch: v4-17
+//
+// Behavior (Apache's ReplicaManager.fetchMessages / readFromLog, consumer side):
+//   - Partitions are read in request order (session order for incremental fetches). Each read
+//     is bounded by the partition's PartitionMaxBytes and by what is left of the response budget,
+//     min(request MaxBytes, fetch.max.bytes). Until some partition has returned records the read
+//     may return one whole batch larger than those limits (KIP-74), so a consumer never gets
+//     stuck behind a batch bigger than its limits; after that, only whole batches that fit.
+//   - Records come from [fetch offset, upper bound): the high watermark at READ_UNCOMMITTED, the
+//     last stable offset at READ_COMMITTED (fetchUpperBound). A fetch offset in
+//     (upper bound, log end] returns no records and no error, like Apache.
+//   - Per partition: HighWatermark, LastStableOffset, LogStartOffset, PreferredReadReplica -1.
+//     AbortedTransactions is null at READ_UNCOMMITTED and a non-null (so far empty) list at
+//     READ_COMMITTED, as Apache sends.
+//   - Errors, checked in Apache's order: UNKNOWN_TOPIC_ID (v13+, id not known),
+//     TOPIC_AUTHORIZATION_FAILED (Read on the topic), UNKNOWN_TOPIC_OR_PARTITION,
+//     NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v9+ CurrentLeaderEpoch),
+//     OFFSET_OUT_OF_RANGE (fetch offset < log start or > log end), UNSUPPORTED_COMPRESSION_TYPE
+//     (zstd batches to a v<10 fetcher, KIP-110). Error partitions carry -1 offsets, except
+//     OFFSET_OUT_OF_RANGE which keeps the partition's HWM / LSO / log start (Apache sends -1
+//     there; the real values cost nothing and help whoever reads the response).
+//   - Long-poll: when fewer than MinBytes were read, no partition has an error and MaxWaitMillis
+//     > 0, the answer is deferred: a goroutine waits on the partitions' Changed() channels (the
+//     HWM moved), re-reads when one fires and answers once MinBytes is reached, at MaxWaitMillis,
+//     or when the connection / server goes away. The executor is never blocked.
+//   - Sessions (KIP-227, v7+): see fetch_session.go.
+//
+// Version notes: v4 isolation level, LSO, aborted txns; v5 log start offset; v7 sessions;
+// v9 CurrentLeaderEpoch; v10 zstd; v11 rack / preferred read replica; v12 flexible, diverging
+// epoch tags (unused: one leader epoch); v13 topic ids; v15 ReplicaState (followers only);
+// v16-17 leader hints and directory ids (followers / KIP-951, unused here).
+
+import (
+	"errors"
+	"reflect"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/valyala/bytebufferpool"
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage"
+)
+
+func init() { register(kmsg.Fetch, 4, 17, handleFetch) }
+
+// fetchBufPool holds the buffers records are read into; a fetch owns one until its response is
+// encoded.
+var fetchBufPool bytebufferpool.Pool
+
+// mFetchWaiting counts long-polling fetches (deferred, waiting for data or MaxWaitMillis).
+var mFetchWaiting = metrics.NewCounter(`kaas_fetch_requests_waiting`)
+
+// fetchCloseCheck is how often a waiting fetch looks whether its connection or the server has
+// gone away (there is no close channel to select on).
+const fetchCloseCheck = 250 * time.Millisecond
+
+// isolationReadCommitted is Kafka's IsolationLevel.READ_COMMITTED.
+const isolationReadCommitted int8 = 1
+
+// lastStableOffset is the partition's LSO. No transactions are tracked in storage yet, so it is
+// the high watermark; once storage knows open transactions it becomes min(first unstable offset,
+// HWM) and every caller (Fetch, ListOffsets) follows.
+func lastStableOffset(p *storage.Partition) int64 { return p.HighWatermark() }
+
+// fetchUpperBound is the exclusive end of what a consumer at the given isolation level may read
+// (Kafka's FetchIsolation: HIGH_WATERMARK at READ_UNCOMMITTED, TXN_COMMITTED = LSO at
+// READ_COMMITTED).
+func fetchUpperBound(p *storage.Partition, isolation int8) int64 {
+	if isolation == isolationReadCommitted {
+		return lastStableOffset(p)
+	}
+	return p.HighWatermark()
+}
+
+// fetchPartReq is one requested partition, copied out of the request (which aliases the frame
+// buffer, released when the reply is sent) or loaded from a session.
+type fetchPartReq struct {
+	topic              string // empty for v13+ (resolved from topicID on every read)
+	topicID            [16]byte
+	partition          int32
+	fetchOffset        int64
+	maxBytes           int32
+	currentLeaderEpoch int32
+}
+
+func (p *fetchPartReq) key(usesIDs bool) fetchPartKey {
+	if usesIDs {
+		return fetchPartKey{topicID: p.topicID, partition: p.partition}
+	}
+	return fetchPartKey{topic: p.topic, partition: p.partition}
+}
+
+// fetchPartResult is what one read produced; records are buf[start:end] of the fetch's buffer.
+type fetchPartResult struct {
+	code     int16
+	hwm      int64
+	lso      int64
+	logStart int64
+	start    int
+	end      int
+}
+
+func (r *fetchPartResult) size() int { return r.end - r.start }
+
+// fetchOp is one fetch from request to reply.
+type fetchOp struct {
+	rc        *reqCtx
+	version   int16
+	isolation int8
+	minBytes  int32
+	maxBytes  int32 // already bounded by fetch.max.bytes
+	maxWait   time.Duration
+	ctx       *fetchContext
+
+	buf     *bytebufferpool.ByteBuffer
+	results []fetchPartResult
+	waitOn  []<-chan struct{}
+}
+
+func handleFetch(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.FetchRequest)
+	op := &fetchOp{
+		rc:        rc,
+		version:   req.Version,
+		isolation: req.IsolationLevel,
+		minBytes:  req.MinBytes,
+		maxBytes:  req.MaxBytes,
+		maxWait:   time.Duration(req.MaxWaitMillis) * time.Millisecond,
+	}
+	if op.maxBytes > rc.s.cfg.FetchMaxBytes && rc.s.cfg.FetchMaxBytes > 0 {
+		op.maxBytes = rc.s.cfg.FetchMaxBytes
+	}
+	usesIDs := req.Version >= 13
+	var parts []fetchPartReq
+	for i := range req.Topics {
+		t := &req.Topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			fp := fetchPartReq{
+				partition:          p.Partition,
+				fetchOffset:        p.FetchOffset,
+				maxBytes:           p.PartitionMaxBytes,
+				currentLeaderEpoch: p.CurrentLeaderEpoch,
+			}
+			if usesIDs {
+				fp.topicID = t.TopicID
+			} else {
+				fp.topic = t.Topic
+			}
+			parts = append(parts, fp)
+		}
+	}
+	var forgotten []fetchPartKey
+	for i := range req.ForgottenTopics {
+		t := &req.ForgottenTopics[i]
+		for _, p := range t.Partitions {
+			k := fetchPartKey{partition: p}
+			if usesIDs {
+				k.topicID = t.TopicID
+			} else {
+				k.topic = t.Topic
+			}
+			forgotten = append(forgotten, k)
+		}
+	}
+	op.ctx = rc.s.fetchSessions.newContext(req.Version, req.SessionID, req.SessionEpoch, parts, forgotten)
+	// From here on nothing reads req: the reply (now or later) releases the frame it aliases.
+	rc.deferReply()
+	op.buf = fetchBufPool.Get()
+	total, mustAnswer := op.read()
+	if mustAnswer || total >= int(op.minBytes) || op.maxWait <= 0 || len(op.waitOn) == 0 {
+		op.answer()
+		return nil, nil
+	}
+	mFetchWaiting.Inc()
+	go op.wait()
+	return nil, nil
+}
+
+// read reads every partition of the fetch into op.buf / op.results. It returns the record bytes
+// read and whether the fetch must be answered now (a partition has an error). Before reading a
+// partition it takes its Changed() channel, so an advance that races with the read still wakes
+// the waiter.
+func (op *fetchOp) read() (total int, mustAnswer bool) {
+	parts := op.ctx.parts
+	if op.results == nil {
+		op.results = make([]fetchPartResult, len(parts))
+	}
+	op.buf.B = op.buf.B[:0]
+	op.waitOn = op.waitOn[:0]
+	limit := int(op.maxBytes)
+	if limit < 0 {
+		limit = 0
+	}
+	minOne := true // KIP-74: the first non-empty partition may exceed the limits by one batch
+	for i := range parts {
+		fp := &parts[i]
+		r := &op.results[i]
+		*r = fetchPartResult{code: codec.CodeNone, hwm: -1, lso: -1, logStart: -1, start: len(op.buf.B), end: len(op.buf.B)}
+		p, code := op.resolve(fp)
+		if code != codec.CodeNone {
+			r.code = code
+			mustAnswer = true
+			continue
+		}
+		op.waitOn = append(op.waitOn, p.Changed())
+		r.lso = fetchUpperBound(p, isolationReadCommitted)
+		upTo := fetchUpperBound(p, op.isolation)
+		r.hwm = p.HighWatermark()
+		r.logStart = p.LogStartOffset()
+		leo := p.LogEndOffset()
+		if fp.fetchOffset < r.logStart || fp.fetchOffset > leo {
+			r.code = codec.CodeOffsetOutOfRange
+			mustAnswer = true
+			continue
+		}
+		if fp.fetchOffset >= upTo {
+			continue
+		}
+		budget := min(int(max(fp.maxBytes, 0)), limit)
+		if !minOne && budget == 0 {
+			continue
+		}
+		start := len(op.buf.B)
+		out, rcode := p.Read(op.buf.B, fp.fetchOffset, int32(budget), upTo)
+		if rcode != codec.CodeNone {
+			op.buf.B = out[:start]
+			r.code = rcode
+			mustAnswer = true
+			continue
+		}
+		got := out[start:]
+		keep := wholeBatchesWithin(got, budget)
+		if keep == 0 && minOne && len(got) > 0 {
+			keep = firstBatchLen(got)
+		}
+		if op.version < 10 && hasZstd(got[:keep]) {
+			op.buf.B = out[:start]
+			r.code = codec.CodeUnsupportedCompressionType
+			mustAnswer = true
+			continue
+		}
+		op.buf.B = out[:start+keep]
+		r.end = len(op.buf.B)
+		if keep > 0 {
+			minOne = false
+			limit = max(limit-keep, 0)
+			total += keep
+		}
+	}
+	return total, mustAnswer
+}
+
+// resolve finds the partition of fp and checks the errors Apache checks before reading.
+func (op *fetchOp) resolve(fp *fetchPartReq) (*storage.Partition, int16) {
+	rc := op.rc
+	store := rc.s.deps.Store
+	var t *storage.Topic
+	name := fp.topic
+	if op.ctx.topicID {
+		if t = store.TopicByID(fp.topicID); t == nil {
+			return nil, codec.CodeUnknownTopicID
+		}
+		name = t.Name
+	}
+	if !rc.authorized(OpRead, ResTopic, name) {
+		return nil, codec.CodeTopicAuthorizationFailed
+	}
+	if t == nil {
+		if t = store.Topic(name); t == nil {
+			return nil, codec.CodeUnknownTopicOrPartition
+		}
+	}
+	p := t.Partition(fp.partition)
+	if p == nil {
+		return nil, codec.CodeUnknownTopicOrPartition
+	}
+	if !rc.s.deps.Owner.LeadsPartition(name, fp.partition) {
+		return nil, codec.CodeNotLeaderForPartition
+	}
+	if code := checkLeaderEpoch(fp.currentLeaderEpoch); code != codec.CodeNone {
+		return nil, code
+	}
+	return p, codec.CodeNone
+}
+
+// wait is the long-poll: it runs on its own goroutine and answers exactly once.
+//
+//	waiting ──Changed() fired──▶ re-read ──bytes ≥ MinBytes or error──▶ answer
+//	   ▲                            │
+//	   └──────── still short ───────┘
+//	waiting ──MaxWaitMillis──▶ re-read ──▶ answer
+//	waiting ──connection or server closed──▶ answer (dropped by the closed connection)
+func (op *fetchOp) wait() {
+	answered := false
+	defer mFetchWaiting.Dec()
+	defer func() {
+		if p := recover(); p != nil {
+			mPanics.Inc()
+			op.rc.s.log.Error("panic in fetch wait", zap.Any("panic", p))
+			if !answered {
+				op.rc.fail(errPanicInFetch)
+			}
+		}
+	}()
+	timer := time.NewTimer(op.maxWait)
+	defer timer.Stop()
+	tick := time.NewTicker(fetchCloseCheck)
+	defer tick.Stop()
+	cases := make([]reflect.SelectCase, 0, len(op.waitOn)+2)
+	for {
+		cases = append(cases[:0],
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(tick.C)})
+		for _, ch := range op.waitOn {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		}
+		chosen, _, _ := reflect.Select(cases)
+		switch chosen {
+		case 0:
+			op.read()
+			answered = true
+			op.answer()
+			return
+		case 1:
+			if op.rc.c.closed.Load() || op.serverClosed() {
+				answered = true
+				op.answer()
+				return
+			}
+			continue
+		}
+		total, mustAnswer := op.read()
+		if mustAnswer || total >= int(op.minBytes) || len(op.waitOn) == 0 {
+			answered = true
+			op.answer()
+			return
+		}
+	}
+}
+
+var errPanicInFetch = errors.New("panic while waiting for fetch data")
+
+func (op *fetchOp) serverClosed() bool {
+	s := op.rc.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// answer builds the response from the last read, replies, and recycles the buffer.
+func (op *fetchOp) answer() {
+	resp := kmsg.NewPtrFetchResponse()
+	resp.Version = op.version
+	sessionID, keep := op.ctx.finish(op.rc.s.fetchSessions, op.results)
+	resp.SessionID = sessionID
+	resp.ErrorCode = op.ctx.errCode
+	if op.ctx.kind != fetchSessionError {
+		usesIDs := op.ctx.topicID
+		var cur *kmsg.FetchResponseTopic
+		for i := range op.ctx.parts {
+			if !keep[i] {
+				continue
+			}
+			fp := &op.ctx.parts[i]
+			r := &op.results[i]
+			// Consecutive partitions of one topic share a topic entry, as Apache builds it.
+			if cur == nil || (usesIDs && cur.TopicID != fp.topicID) || (!usesIDs && cur.Topic != fp.topic) {
+				resp.Topics = append(resp.Topics, kmsg.NewFetchResponseTopic())
+				cur = &resp.Topics[len(resp.Topics)-1]
+				if usesIDs {
+					cur.TopicID = fp.topicID
+				} else {
+					cur.Topic = fp.topic
+				}
+			}
+			rp := kmsg.NewFetchResponseTopicPartition()
+			rp.Partition = fp.partition
+			rp.ErrorCode = r.code
+			rp.HighWatermark = r.hwm
+			rp.LastStableOffset = r.lso
+			rp.LogStartOffset = r.logStart
+			if op.isolation == isolationReadCommitted && r.code == codec.CodeNone {
+				rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+			}
+			if r.size() > 0 {
+				rp.RecordBatches = op.buf.B[r.start:r.end]
+			}
+			cur.Partitions = append(cur.Partitions, rp)
+		}
+	}
+	op.rc.reply(resp) // encodes synchronously; the records are copied out of op.buf
+	fetchBufPool.Put(op.buf)
+	op.buf = nil
+}
+
+// wholeBatchesWithin is the length of the longest prefix of b made of whole batches whose total
+// is at most limit.
+func wholeBatchesWithin(b []byte, limit int) int {
+	n := 0
+	for n < len(b) {
+		bt, ok, _ := codec.FrameBatch(b[n:])
+		if !ok || n+len(bt) > limit {
+			break
+		}
+		n += len(bt)
+	}
+	return n
+}
+
+// firstBatchLen is the length of the first whole batch in b (0 if there is none).
+func firstBatchLen(b []byte) int {
+	bt, ok, _ := codec.FrameBatch(b)
+	if !ok {
+		return 0
+	}
+	return len(bt)
+}
+
+// hasZstd reports whether any batch in b is zstd-compressed (codec 4).
+func hasZstd(b []byte) bool {
+	for len(b) > 0 {
+		bt, ok, _ := codec.FrameBatch(b)
+		if !ok || len(bt) < codec.BatchHeaderSize {
+			return false
+		}
+		if bt.Compression() == 4 {
+			return true
+		}
+		b = b[len(bt):]
+	}
+	return false
+}

@@ -1,0 +1,95 @@
+package server
+
+// JoinGroup: v0-9
+//
+// Behavior:
+//   - READ on the group (GROUP_AUTHORIZATION_FAILED) and ownership (NOT_COORDINATOR) are checked
+//     here; everything else is the classic coordinator (coord/group), which answers through a
+//     callback after the rebalance: the handler defers its reply and never blocks the executor.
+//   - KIP-394 MEMBER_ID_REQUIRED on a v4+ first join; KIP-345 static members (v5+); KIP-800
+//     reasons (v8+) are logged; KIP-814 skip_assignment (v9) for a static leader's rejoin.
+//
+// Version notes:
+//   - v1: rebalance_timeout_ms; v4: MEMBER_ID_REQUIRED; v5: group_instance_id; v6: flexible;
+//   - v7: protocol_type in the response; v8: reason; v9: skip_assignment.
+
+import (
+	"net"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+func init() { register(kmsg.JoinGroup, 0, 9, handleJoinGroup) }
+
+func handleJoinGroup(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.JoinGroupRequest)
+	if code := rc.groupGate(OpRead, req.Group); code != codec.CodeNone {
+		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode, resp.MemberID, resp.Generation = code, req.MemberID, -1
+		return resp, nil
+	}
+	clientID := ""
+	if rc.hdr.ClientID != nil {
+		clientID = *rc.hdr.ClientID
+	}
+	rc.deferReply()
+	rc.s.deps.Groups.JoinGroup(req, clientID, rc.clientHost(), func(resp *kmsg.JoinGroupResponse) { rc.reply(resp) })
+	return nil, nil
+}
+
+// ---- helpers shared by the group handlers (08, 09, 10-16, 42, 47) ----
+
+// groupGate is the common prologue of the group APIs: ACL on the group, a coordinator present,
+// and ownership of the group.
+func (rc *reqCtx) groupGate(op Operation, groupID string) int16 {
+	if !rc.authorized(op, ResGroup, groupID) {
+		return codec.CodeGroupAuthorizationFailed
+	}
+	if rc.s.deps.Groups == nil {
+		return codec.CodeCoordinatorNotAvailable
+	}
+	if !rc.s.deps.Owner.OwnsGroup(groupID) {
+		return codec.CodeNotCoordinator
+	}
+	return codec.CodeNone
+}
+
+// clientHost is the member's host as Kafka reports it in DescribeGroups ("/127.0.0.1").
+func (rc *reqCtx) clientHost() string {
+	h, _, err := net.SplitHostPort(rc.c.addr)
+	if err != nil {
+		h = rc.c.addr
+	}
+	return "/" + h
+}
+
+// fanIn counts down asynchronous parts of one request; the last one to finish replies.
+type fanIn struct {
+	left atomic.Int32
+	done func()
+}
+
+func newFanIn(n int, done func()) *fanIn {
+	f := &fanIn{done: done}
+	f.left.Store(int32(n))
+	if n == 0 {
+		done()
+	}
+	return f
+}
+
+func (f *fanIn) finish() {
+	if f.left.Add(-1) == 0 {
+		f.done()
+	}
+}
+
+// Kafka AclOperation codes, for DescribeGroups' authorized_operations bitfield.
+const (
+	aclOpRead     = 3
+	aclOpDelete   = 6
+	aclOpDescribe = 8
+)

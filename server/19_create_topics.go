@@ -1,0 +1,240 @@
+package server
+
+// CreateTopics: v2-7
+//
+// Behavior (per topic, in Apache's order of checks):
+//   - A name that appears more than once in one request answers INVALID_REQUEST (42) once for
+//     that name, and none of its entries is acted on (Apache keys its result collection by name).
+//   - CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED (29).
+//   - Name validity (Kafka's Topic.validate: non-empty, not "." or "..", at most 249 characters of
+//     [a-zA-Z0-9._-], no '.'/'_' collision with an existing topic) → INVALID_TOPIC_EXCEPTION (17).
+//   - Existing topic → TOPIC_ALREADY_EXISTS (36), also for ValidateOnly.
+//   - Partitions and replicas. Either NumPartitions/ReplicationFactor, where -1 picks the broker
+//     default (num.partitions; replication factor 1), or an explicit ReplicaAssignment (both
+//     counts must then be -1, else INVALID_REQUEST). One broker means the only legal replication
+//     factor is 1: a larger one is INVALID_REPLICATION_FACTOR (38), and an assignment must put
+//     every partition 0..n-1 on exactly [this broker], else INVALID_REPLICA_ASSIGNMENT (39).
+//     A non-positive partition count is INVALID_PARTITIONS (37).
+//   - Configs are validated by storage.ParseTopicConfigs; unknown keys, unsupported values and null
+//     values answer INVALID_CONFIG (40) with the reason in ErrorMessage.
+//   - ValidateOnly runs every check above and creates nothing; the v5+ fields describe the topic
+//     that would have been created.
+//
+// Topics are created synchronously: when the response is sent the topic is in Metadata.
+//
+// Version notes:
+//   - v0-1 were removed by Kafka 4.0 (KIP-896) and are not served; v1 added ValidateOnly and
+//     ErrorMessage.
+//   - v4: -1 for broker defaults; v5: flexible, response NumPartitions/ReplicationFactor/Configs
+//     (ConfigErrorCode is tag 0); v7: TopicID.
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage"
+)
+
+func init() { register(kmsg.CreateTopics, 2, 7, handleCreateTopics) }
+
+// clusterResource is the name of the single CLUSTER ACL resource (Kafka's "kafka-cluster").
+const clusterResource = "kafka-cluster"
+
+func handleCreateTopics(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.CreateTopicsRequest)
+	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+
+	counts := make(map[string]int, len(req.Topics))
+	for i := range req.Topics {
+		counts[req.Topics[i].Topic]++
+	}
+	clusterCreate := rc.authorized(OpCreate, ResCluster, clusterResource)
+	answered := make(map[string]bool, len(req.Topics))
+	for i := range req.Topics {
+		rt := &req.Topics[i]
+		if answered[rt.Topic] {
+			continue
+		}
+		answered[rt.Topic] = true
+		st := kmsg.NewCreateTopicsResponseTopic()
+		st.Topic = rt.Topic
+		if counts[rt.Topic] > 1 {
+			setCreateErr(&st, codec.CodeInvalidRequest,
+				fmt.Sprintf("Topic %q appears %d times in the request; each topic may be created once.", rt.Topic, counts[rt.Topic]))
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
+		if !clusterCreate && !rc.authorized(OpCreate, ResTopic, rt.Topic) {
+			setCreateErr(&st, codec.CodeTopicAuthorizationFailed, "")
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
+		createOneTopic(rc, req, rt, &st)
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil
+}
+
+func setCreateErr(st *kmsg.CreateTopicsResponseTopic, code int16, msg string) {
+	st.ErrorCode = code
+	if msg != "" {
+		st.ErrorMessage = &msg
+	}
+}
+
+// createOneTopic validates and (unless ValidateOnly) creates one topic, filling st.
+func createOneTopic(rc *reqCtx, req *kmsg.CreateTopicsRequest, rt *kmsg.CreateTopicsRequestTopic, st *kmsg.CreateTopicsResponseTopic) {
+	store := rc.s.deps.Store
+	if err := storage.ValidateTopicName(rt.Topic); err != nil {
+		setCreateErr(st, codec.CodeInvalidTopicException, err.Error())
+		return
+	}
+	if store.Topic(rt.Topic) != nil {
+		setCreateErr(st, codec.CodeTopicAlreadyExists, fmt.Sprintf("Topic '%s' already exists.", rt.Topic))
+		return
+	}
+	if other := collidingTopic(store, rt.Topic); other != "" {
+		setCreateErr(st, codec.CodeInvalidTopicException,
+			fmt.Sprintf("Topic '%s' collides with existing topic '%s': '.' and '_' are interchangeable in metric names.", rt.Topic, other))
+		return
+	}
+	partitions, code, msg := createPartitionCount(rc, rt)
+	if code != codec.CodeNone {
+		setCreateErr(st, code, msg)
+		return
+	}
+	kv := make(map[string]string, len(rt.Configs))
+	for _, c := range rt.Configs {
+		if c.Value == nil {
+			setCreateErr(st, codec.CodeInvalidConfig, fmt.Sprintf("Null value not supported for topic config %q.", c.Name))
+			return
+		}
+		kv[c.Name] = *c.Value
+	}
+	effective, err := storage.ParseTopicConfigs(topicDefaults(rc), kv)
+	if err != nil {
+		setCreateErr(st, codec.CodeInvalidConfig, err.Error())
+		return
+	}
+
+	if req.ValidateOnly {
+		fillCreated(rc, req, st, partitions, effective, kv)
+		return
+	}
+	t, err := store.CreateTopic(rt.Topic, partitions, kv)
+	if err != nil {
+		code := storage.ErrorCode(err)
+		if code == codec.CodeKafkaStorageError {
+			rc.s.log.Error("cannot create topic", zap.String("topic", rt.Topic), zap.Error(err))
+		}
+		setCreateErr(st, code, err.Error())
+		return
+	}
+	rc.s.log.Info("created topic", zap.String("topic", t.Name), zap.Int32("partitions", t.NumPartitions()),
+		zap.Any("configs", kv))
+	st.TopicID = t.ID
+	fillCreated(rc, req, st, t.NumPartitions(), t.Config(), t.Overrides())
+}
+
+// fillCreated sets the v5+ description of a created (or validated) topic. The configs need
+// DESCRIBE_CONFIGS on the topic, as in Apache; without it ConfigErrorCode carries the denial.
+func fillCreated(rc *reqCtx, req *kmsg.CreateTopicsRequest, st *kmsg.CreateTopicsResponseTopic, partitions int32, cfg storage.TopicConfig, overrides map[string]string) {
+	if req.Version < 5 {
+		return
+	}
+	st.NumPartitions = partitions
+	st.ReplicationFactor = 1
+	if !rc.authorized(OpDescribeConfigs, ResTopic, st.Topic) {
+		st.ConfigErrorCode = codec.CodeTopicAuthorizationFailed
+		return
+	}
+	for _, e := range describeTopicEntries(cfg, overrides, topicDefaults(rc)) {
+		c := kmsg.NewCreateTopicsResponseTopicConfig()
+		c.Name = e.name
+		v := e.value
+		c.Value = &v
+		c.Source = int8(e.source)
+		st.Configs = append(st.Configs, c)
+	}
+}
+
+// createPartitionCount resolves the partition count of a CreateTopics entry and checks the
+// replication settings against our single broker.
+func createPartitionCount(rc *reqCtx, rt *kmsg.CreateTopicsRequestTopic) (int32, int16, string) {
+	if len(rt.ReplicaAssignment) > 0 {
+		if rt.NumPartitions != -1 || rt.ReplicationFactor != -1 {
+			return 0, codec.CodeInvalidRequest,
+				"NumPartitions and ReplicationFactor must be -1 when a replica assignment is given."
+		}
+		n := int32(len(rt.ReplicaAssignment))
+		seen := make([]bool, n)
+		for _, a := range rt.ReplicaAssignment {
+			if a.Partition < 0 || a.Partition >= n || seen[a.Partition] {
+				return 0, codec.CodeInvalidReplicaAssignment,
+					fmt.Sprintf("The assigned partitions must be 0..%d, each once; got partition %d.", n-1, a.Partition)
+			}
+			seen[a.Partition] = true
+			if code, msg := checkReplicas(rc, a.Replicas); code != codec.CodeNone {
+				return 0, code, fmt.Sprintf("Partition %d: %s", a.Partition, msg)
+			}
+		}
+		return n, codec.CodeNone, ""
+	}
+	n := rt.NumPartitions
+	switch {
+	case n == -1:
+		n = rc.s.cfg.NumPartitions
+	case n <= 0:
+		return 0, codec.CodeInvalidPartitions,
+			fmt.Sprintf("The number of partitions must be positive, or -1 for the broker default; got %d.", n)
+	}
+	switch rf := rt.ReplicationFactor; {
+	case rf == -1 || rf == 1:
+	case rf <= 0:
+		return 0, codec.CodeInvalidReplicationFactor,
+			fmt.Sprintf("The replication factor must be positive, or -1 for the broker default; got %d.", rf)
+	default:
+		return 0, codec.CodeInvalidReplicationFactor,
+			fmt.Sprintf("Replication factor: %d larger than available brokers: 1.", rf)
+	}
+	return n, codec.CodeNone, ""
+}
+
+// checkReplicas accepts only a replica list that is exactly this broker (shared by CreateTopics
+// and CreatePartitions).
+func checkReplicas(rc *reqCtx, replicas []int32) (int16, string) {
+	id := rc.s.cfg.BrokerID
+	if len(replicas) == 1 && replicas[0] == id {
+		return codec.CodeNone, ""
+	}
+	if len(replicas) == 0 {
+		return codec.CodeInvalidReplicaAssignment, "the replica list is empty."
+	}
+	for _, r := range replicas {
+		if r != id {
+			return codec.CodeInvalidReplicaAssignment,
+				fmt.Sprintf("broker %d does not exist; the only broker is %d.", r, id)
+		}
+	}
+	return codec.CodeInvalidReplicaAssignment,
+		fmt.Sprintf("replicas %v: a partition has one replica, on broker %d.", replicas, id)
+}
+
+// collidingTopic returns an existing topic whose name differs from name only by '.' versus '_'
+// (Kafka refuses such pairs because their metric names would be the same).
+func collidingTopic(store *storage.Store, name string) string {
+	if !strings.ContainsAny(name, "._") {
+		return ""
+	}
+	norm := strings.ReplaceAll(name, ".", "_")
+	for _, t := range store.Topics() {
+		if t.Name != name && strings.ReplaceAll(t.Name, ".", "_") == norm {
+			return t.Name
+		}
+	}
+	return ""
+}

@@ -1,0 +1,74 @@
+package server
+
+// DescribeCluster: v0-2
+//
+// Behavior:
+//   - ClusterID, ControllerID = this broker (a single kaas process is broker and controller), and
+//     Brokers = [this broker at its advertised host:port, rack null, never fenced].
+//   - EndpointType (v1+): 1 (brokers) as above. 2 (controllers) answers the same single node,
+//     since it is also the controller; Apache's brokers refuse type 2 with
+//     UNSUPPORTED_ENDPOINT_TYPE because their controllers listen elsewhere. Any other type is
+//     INVALID_REQUEST.
+//   - ClusterAuthorizedOperations is INT32_MIN unless requested; when requested it is 0 without
+//     DESCRIBE on the cluster, else the bitfield of the cluster operations the principal may
+//     perform (bit n = Kafka AclOperation code n), as Apache computes it.
+//   - No ACL is needed to describe the cluster itself (Apache checks none).
+//
+// Version notes: v1 EndpointType (KIP-919); v2 IncludeFencedBrokers / IsFenced (KIP-1073).
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+func init() { register(kmsg.DescribeCluster, 0, 2, handleDescribeCluster) }
+
+// clusterAclOps maps our cluster operations to Kafka's AclOperation codes.
+var clusterAclOps = []struct {
+	op   Operation
+	code uint
+}{
+	{OpCreate, 5},
+	{OpAlter, 7},
+	{OpDescribe, 8},
+	{OpClusterAction, 9},
+	{OpDescribeConfigs, 10},
+	{OpAlterConfigs, 11},
+	{OpIdempotentWrite, 12},
+}
+
+func handleDescribeCluster(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.DescribeClusterRequest)
+	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)
+	s := rc.s
+	if req.Version >= 1 {
+		resp.EndpointType = req.EndpointType
+		if req.EndpointType != 1 && req.EndpointType != 2 {
+			msg := fmt.Sprintf("Unknown endpoint type %d; 1 = brokers, 2 = controllers.", req.EndpointType)
+			resp.ErrorCode, resp.ErrorMessage = codec.CodeInvalidRequest, &msg
+			return resp, nil
+		}
+	}
+	resp.ClusterID = s.clusterID
+	resp.ControllerID = s.cfg.BrokerID
+	host, port := s.advertised()
+	b := kmsg.NewDescribeClusterResponseBroker()
+	b.NodeID, b.Host, b.Port = s.cfg.BrokerID, host, port
+	resp.Brokers = append(resp.Brokers, b)
+	resp.ClusterAuthorizedOperations = authorizedOpsNotRequested
+	if req.IncludeClusterAuthorizedOperations {
+		var ops int32
+		if rc.authorized(OpDescribe, ResCluster, clusterResource) {
+			for _, o := range clusterAclOps {
+				if rc.authorized(o.op, ResCluster, clusterResource) {
+					ops |= 1 << o.code
+				}
+			}
+		}
+		resp.ClusterAuthorizedOperations = ops
+	}
+	return resp, nil
+}

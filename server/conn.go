@@ -1,0 +1,246 @@
+package server
+
+import (
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/valyala/bytebufferpool"
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+// conn is the per-connection state.
+//
+// Threading: the framing fields (frame, need, filled, paused) are touched only by the connection's
+// event loop (OnTraffic / OnClose / Wake callbacks). Decoded frames go to a per-connection executor
+// goroutine that runs handlers one at a time in request order — so a producer's pipelined batches
+// are appended in the order it sent them — while handlers that wait (fsync, long-poll, rebalance)
+// defer their answer and let the executor move on. Responses complete in any order on any goroutine
+// and are written strictly in request order (Kafka's per-connection contract) through the reorder
+// window below, under writeMu so successive AsyncWritev calls enqueue in order.
+//
+//	event loop                 executor (one per conn)          any goroutine
+//	──────────                 ───────────────────────          ─────────────
+//	frame bytes ──enqueue──▶   parse → handler ──sync resp──▶ complete(seq) ─▶ in-order AsyncWritev
+//	                                     └─defer─▶ (fsync, fetch wait) ─────▶ complete(seq)
+type conn struct {
+	s    *Server
+	gc   gnet.Conn
+	log  *zap.Logger
+	addr string
+
+	// loop-only framing state
+	frame  *bytebufferpool.ByteBuffer
+	need   int
+	filled int
+	paused bool // stopped decoding because too many requests are in flight
+
+	inflight atomic.Int32 // frames decoded and not yet answered
+	closed   atomic.Bool
+
+	qmu     sync.Mutex
+	queue   []*request
+	running bool
+	nextSeq uint64 // loop-only: sequence of the next decoded frame
+
+	writeMu   sync.Mutex
+	nextWrite uint64
+	ready     map[uint64]*bytebufferpool.ByteBuffer // completed, not yet written; nil value = no response (acks=0)
+}
+
+// request is one decoded frame travelling through the pipeline.
+type request struct {
+	c     *conn
+	seq   uint64
+	frame *bytebufferpool.ByteBuffer
+	done  atomic.Bool
+}
+
+func newConn(s *Server, gc gnet.Conn) *conn {
+	addr := ""
+	if ra := gc.RemoteAddr(); ra != nil {
+		addr = ra.String()
+	}
+	return &conn{
+		s:     s,
+		gc:    gc,
+		addr:  addr,
+		log:   s.log.With(zap.String("conn", addr)),
+		ready: make(map[uint64]*bytebufferpool.ByteBuffer),
+	}
+}
+
+// onTraffic frames as many requests as are buffered. Each frame is copied exactly once, from
+// gnet's buffers into a pooled buffer the request owns (gnet's slices die when OnTraffic returns).
+func (c *conn) onTraffic() gnet.Action {
+	for {
+		if c.frame == nil {
+			if int(c.inflight.Load()) >= c.s.cfg.MaxInflightPerConn {
+				// Stop decoding; the completion that brings inflight under the limit wakes us.
+				// The unread bytes stay in gnet's inbound buffer; a client that keeps pushing
+				// while we are paused is bounded by the check below.
+				c.paused = true
+				if c.gc.InboundBuffered() > 2*int(c.s.cfg.SocketRequestMaxByte)+4 {
+					c.log.Warn("closing connection: inbound backlog too large while paused",
+						zap.Int("buffered", c.gc.InboundBuffered()))
+					mInboundOverflow.Inc()
+					return gnet.Close
+				}
+				return gnet.None
+			}
+			c.paused = false
+			hdr, err := c.gc.Peek(4)
+			if err != nil || len(hdr) < 4 {
+				return gnet.None
+			}
+			size := int32(binary.BigEndian.Uint32(hdr))
+			if size < 8 || size > c.s.cfg.SocketRequestMaxByte {
+				// Kafka's SocketServer closes on an invalid size (InvalidReceiveException).
+				c.log.Warn("closing connection: invalid request size",
+					zap.Int32("size", size), zap.Int32("max", c.s.cfg.SocketRequestMaxByte))
+				mFrameRejected.Inc()
+				return gnet.Close
+			}
+			_, _ = c.gc.Discard(4)
+			c.frame = codec.FramePool.Get()
+			if cap(c.frame.B) < int(size) {
+				c.frame.B = make([]byte, size)
+			}
+			c.frame.B = c.frame.B[:size]
+			c.need, c.filled = int(size), 0
+		}
+		n, _ := c.gc.Read(c.frame.B[c.filled:c.need])
+		c.filled += n
+		if c.filled < c.need {
+			return gnet.None
+		}
+		r := &request{c: c, seq: c.nextSeq, frame: c.frame}
+		c.nextSeq++
+		c.frame = nil
+		c.inflight.Add(1)
+		mBytesIn.Add(c.need + 4)
+		c.enqueue(r)
+	}
+}
+
+func (c *conn) enqueue(r *request) {
+	c.qmu.Lock()
+	c.queue = append(c.queue, r)
+	start := !c.running
+	c.running = true
+	c.qmu.Unlock()
+	if start {
+		go c.run()
+	}
+}
+
+// run is the connection's executor: it handles queued requests one at a time, in order.
+func (c *conn) run() {
+	for {
+		c.qmu.Lock()
+		if len(c.queue) == 0 {
+			c.running = false
+			c.qmu.Unlock()
+			return
+		}
+		r := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+		if len(c.queue) == 0 {
+			c.queue = c.queue[:0:0]
+		}
+		c.qmu.Unlock()
+		if c.closed.Load() {
+			r.release()
+			continue
+		}
+		c.s.handle(r)
+	}
+}
+
+// release returns the request's frame to the pool; the decoded request aliases it, so this runs
+// only once the handler no longer needs the request.
+func (r *request) release() {
+	if r.frame != nil {
+		codec.FramePool.Put(r.frame)
+		r.frame = nil
+	}
+}
+
+// complete records the response (nil = none, for acks=0 Produce) for r and writes every response
+// that is now contiguous with what was already written.
+func (c *conn) complete(r *request, resp *bytebufferpool.ByteBuffer) {
+	if !r.done.CompareAndSwap(false, true) {
+		panic("BUG: request completed twice")
+	}
+	r.release()
+	c.writeMu.Lock()
+	c.ready[r.seq] = resp
+	var bufs [][]byte
+	var owned []*bytebufferpool.ByteBuffer
+	for {
+		b, ok := c.ready[c.nextWrite]
+		if !ok {
+			break
+		}
+		delete(c.ready, c.nextWrite)
+		c.nextWrite++
+		if b != nil {
+			bufs = append(bufs, b.B)
+			owned = append(owned, b)
+			mBytesOut.Add(len(b.B))
+		}
+		c.inflight.Add(-1)
+	}
+	if len(bufs) == 0 {
+		c.writeMu.Unlock()
+		c.maybeResume()
+		return
+	}
+	err := c.gc.AsyncWritev(bufs, func(gc gnet.Conn, err error) error {
+		for _, b := range owned {
+			codec.ResponsePool.Put(b)
+		}
+		if c.paused && int(c.inflight.Load()) < c.s.cfg.MaxInflightPerConn {
+			return c.onResume()
+		}
+		return nil
+	})
+	c.writeMu.Unlock()
+	if err != nil {
+		// The connection is gone; the buffers may already be queued, so let the GC have them.
+		return
+	}
+}
+
+// maybeResume wakes the loop if decoding was paused and there is room again.
+func (c *conn) maybeResume() {
+	if int(c.inflight.Load()) < c.s.cfg.MaxInflightPerConn && !c.closed.Load() {
+		_ = c.gc.Wake(func(gc gnet.Conn, err error) error {
+			if err != nil || !c.paused {
+				return nil
+			}
+			return c.onResume()
+		})
+	}
+}
+
+// onResume runs on the loop: decode whatever was left buffered while paused.
+func (c *conn) onResume() error {
+	if c.closed.Load() {
+		return nil
+	}
+	if c.onTraffic() == gnet.Close {
+		return c.gc.Close()
+	}
+	return nil
+}
+
+// closeWith logs why and closes the connection (safe from any goroutine).
+func (c *conn) closeWith(msg string, fields ...zap.Field) {
+	c.log.Warn("closing connection: "+msg, fields...)
+	_ = c.gc.Close()
+}

@@ -1,0 +1,36 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Server metrics, created once at package level (VictoriaMetrics/metrics panics on duplicates).
+var (
+	mConnsOpened     = metrics.NewCounter(`kaas_connections_opened_total`)
+	mConnsOpen       = metrics.NewCounter(`kaas_connections_open`)
+	mBytesIn         = metrics.NewCounter(`kaas_network_received_bytes_total`)
+	mBytesOut        = metrics.NewCounter(`kaas_network_sent_bytes_total`)
+	mFrameRejected   = metrics.NewCounter(`kaas_request_frames_rejected_total`)
+	mInboundOverflow = metrics.NewCounter(`kaas_connection_inbound_limit_reached_total`)
+	mBadRequests     = metrics.NewCounter(`kaas_requests_malformed_total`)
+	mPanics          = metrics.NewCounter(`kaas_handler_panics_total`)
+
+	mRequests [128]*metrics.Counter
+	mLatency  [128]*metrics.Histogram
+)
+
+func init() {
+	for k := range mRequests {
+		name := kmsg.NameForKey(int16(k))
+		if name == "Unknown" || name == "" {
+			name = fmt.Sprintf("key%d", k)
+		}
+		mRequests[k] = metrics.NewCounter(fmt.Sprintf(`kaas_requests_total{api=%q}`, name))
+		mLatency[k] = metrics.NewHistogram(fmt.Sprintf(`kaas_request_duration_seconds{api=%q}`, name))
+	}
+}
+
+var mProduceRejected = metrics.NewCounter(`kaas_produce_rejected_batches_total`)

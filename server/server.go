@@ -1,0 +1,317 @@
+// Package server is the Kafka wire front end: gnet event loops frame requests, a per-connection
+// executor runs the handlers (one file per API, NN_name.go, registering its versions in init), and
+// responses go back strictly in request order. It is the only package that knows gnet.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/valyala/bytebufferpool"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/storage"
+)
+
+// Deps are the subsystems the server fronts.
+type Deps struct {
+	Store *storage.Store
+	PIDs  *storage.PIDAllocator
+	// Owner answers "does this broker coordinate / lead X?"; nil means a single broker that owns
+	// everything.
+	Owner Ownership
+	// Authz decides whether a principal may perform an operation; nil allows everything.
+	Authz Authorizer
+	// Groups is the classic consumer-group coordinator (issue 3); nil answers the group APIs
+	// COORDINATOR_NOT_AVAILABLE.
+	Groups *group.Coordinator
+}
+
+// Server is one broker's Kafka listener.
+type Server struct {
+	gnet.BuiltinEventEngine
+
+	cfg       configs.Config
+	log       *zap.Logger
+	deps      Deps
+	clusterID string
+
+	eng     gnet.Engine
+	booted  chan struct{}
+	stopped chan error
+	addr    atomic.Pointer[net.TCPAddr] // written once by Start, read by handlers
+
+	fetchSessions *fetchSessionCache
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// New builds a server; Start binds it.
+func New(cfg configs.Config, log *zap.Logger, deps Deps, clusterID string) *Server {
+	if deps.Owner == nil {
+		deps.Owner = singleBroker{}
+	}
+	if deps.Authz == nil {
+		deps.Authz = allowAll{}
+	}
+	return &Server{
+		cfg:           cfg,
+		log:           log,
+		deps:          deps,
+		clusterID:     clusterID,
+		booted:        make(chan struct{}),
+		stopped:       make(chan error, 1),
+		fetchSessions: newFetchSessionCache(cfg.FetchSessionCacheSize),
+	}
+}
+
+// Start binds the listener and returns once the event loops accept connections.
+func (s *Server) Start() error {
+	opts := []gnet.Option{
+		gnet.WithMulticore(true),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithReadBufferCap(256 << 10),
+		gnet.WithWriteBufferCap(256 << 10),
+		gnet.WithLogger(s.log.Named("gnet").Sugar()),
+		gnet.WithTCPKeepAlive(time.Minute),
+	}
+	if s.cfg.NumEventLoops > 0 {
+		opts = append(opts, gnet.WithNumEventLoop(s.cfg.NumEventLoops))
+	}
+	go func() {
+		s.stopped <- gnet.Run(s, "tcp://"+s.cfg.Listeners, opts...)
+	}()
+	select {
+	case <-s.booted:
+	case err := <-s.stopped:
+		if err == nil {
+			err = errors.New("event engine stopped during start")
+		}
+		return fmt.Errorf("cannot listen on %s: %w", s.cfg.Listeners, err)
+	}
+	// Learn the bound address (the port may have been 0).
+	fd, err := s.eng.Dup()
+	if err != nil {
+		return fmt.Errorf("cannot inspect listener: %w", err)
+	}
+	defer unix.Close(fd)
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return fmt.Errorf("cannot inspect listener: %w", err)
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		s.addr.Store(&net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port})
+	case *unix.SockaddrInet6:
+		s.addr.Store(&net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port})
+	default:
+		return fmt.Errorf("unexpected listener address %T", sa)
+	}
+	s.log.Info("listening", zap.String("addr", s.Addr().String()), zap.Int32("broker.id", s.cfg.BrokerID))
+	return nil
+}
+
+// Addr is the bound listener address.
+func (s *Server) Addr() *net.TCPAddr { return s.addr.Load() }
+
+// advertised returns the host and port given to clients in Metadata and FindCoordinator.
+func (s *Server) advertised() (string, int32) {
+	if s.cfg.AdvertisedListeners != "" {
+		h, p, err := net.SplitHostPort(s.cfg.AdvertisedListeners)
+		if err == nil {
+			port, _ := strconv.Atoi(p)
+			return h, int32(port)
+		}
+	}
+	a := s.Addr()
+	return a.IP.String(), int32(a.Port)
+}
+
+// Close stops accepting, closes every connection and waits for the loops to exit.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	if err := s.eng.Stop(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-s.stopped:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// OnBoot implements gnet.EventHandler.
+func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
+	s.eng = eng
+	close(s.booted)
+	return gnet.None
+}
+
+// OnOpen implements gnet.EventHandler.
+func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	gc.SetContext(newConn(s, gc))
+	mConnsOpened.Inc()
+	mConnsOpen.Inc()
+	return nil, gnet.None
+}
+
+// OnClose implements gnet.EventHandler.
+func (s *Server) OnClose(gc gnet.Conn, err error) gnet.Action {
+	c, _ := gc.Context().(*conn)
+	if c != nil {
+		c.closed.Store(true)
+		if c.frame != nil {
+			codec.FramePool.Put(c.frame)
+			c.frame = nil
+		}
+	}
+	mConnsOpen.Dec()
+	return gnet.None
+}
+
+// OnTraffic implements gnet.EventHandler.
+func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
+	c, _ := gc.Context().(*conn)
+	if c == nil {
+		return gnet.Close
+	}
+	return c.onTraffic()
+}
+
+// reqCtx is what a handler sees of one request.
+type reqCtx struct {
+	s        *Server
+	c        *conn
+	r        *request
+	hdr      codec.RequestHeader
+	req      kmsg.Request
+	start    time.Time
+	deferred bool
+}
+
+// handler serves one API. It returns the response, or (nil, nil) after calling rc.deferReply()
+// (the reply comes later) or rc.noReply() (acks=0). A Go error closes the connection.
+type handler func(rc *reqCtx) (kmsg.Response, error)
+
+var handlers [128]handler
+
+// register binds an API key to its handler and advertises [min, max] in ApiVersions.
+func register(key kmsg.Key, min, max int16, h handler) {
+	if int(key) >= len(handlers) || handlers[key] != nil {
+		panic(fmt.Sprintf("BUG: cannot register handler for key %d", key))
+	}
+	codec.Register(int16(key), min, max)
+	handlers[key] = h
+}
+
+// handle parses and dispatches one request on the connection's executor.
+func (s *Server) handle(r *request) {
+	c := r.c
+	req, err := codec.ParseRequest(r.frame.B)
+	if err != nil {
+		s.parseFailed(r, req, err)
+		return
+	}
+	rc := &reqCtx{s: s, c: c, r: r, hdr: req.Header, req: req.Msg, start: time.Now()}
+	key := req.Header.Key
+	mRequests[key].Inc()
+	resp, herr := s.runHandler(rc, handlers[key])
+	if herr != nil {
+		c.closeWith("handler error", zap.String("api", kmsg.NameForKey(key)), zap.Error(herr))
+		r.release()
+		return
+	}
+	if rc.deferred {
+		return
+	}
+	rc.reply(resp)
+}
+
+// runHandler calls h, turning a panic into a closed connection with a logged stack: a bug in one
+// handler must not take the broker down.
+func (s *Server) runHandler(rc *reqCtx, h handler) (resp kmsg.Response, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			mPanics.Inc()
+			s.log.Error("panic in handler; closing connection",
+				zap.String("api", kmsg.NameForKey(rc.hdr.Key)), zap.Any("panic", p),
+				zap.ByteString("stack", debug.Stack()))
+			resp, err = nil, fmt.Errorf("panic: %v", p)
+			rc.deferred = false
+		}
+	}()
+	return h(rc)
+}
+
+func (s *Server) parseFailed(r *request, req *codec.Request, err error) {
+	c := r.c
+	switch {
+	case req != nil && errors.Is(err, codec.ErrUnsupportedVersion) && req.Header.Key == int16(kmsg.ApiVersions):
+		// KIP-511: answer v0 with UNSUPPORTED_VERSION and our versions so the client can retry.
+		c.complete(r, encode(req.Header.CorrelationID, codec.ApiVersionsFallback()))
+		return
+	case req != nil && errors.Is(err, codec.ErrUnsupportedVersion):
+		c.closeWith("unsupported version", zap.String("api", kmsg.NameForKey(req.Header.Key)),
+			zap.Int16("version", req.Header.Version))
+	case req != nil && errors.Is(err, codec.ErrUnknownKey):
+		c.closeWith("unknown api key", zap.Int16("key", req.Header.Key))
+	default:
+		c.closeWith("malformed request", zap.Error(err))
+	}
+	mBadRequests.Inc()
+	r.release()
+}
+
+// encode renders a response frame into a pooled buffer.
+func encode(corr int32, resp kmsg.Response) *bytebufferpool.ByteBuffer {
+	b := codec.ResponsePool.Get()
+	b.B = codec.AppendResponse(b.B[:0], corr, resp)
+	return b
+}
+
+// reply sends resp for this request (in request order). Safe from any goroutine, exactly once.
+func (rc *reqCtx) reply(resp kmsg.Response) {
+	mLatency[rc.hdr.Key].UpdateDuration(rc.start)
+	if resp == nil {
+		rc.c.complete(rc.r, nil)
+		return
+	}
+	rc.c.complete(rc.r, encode(rc.hdr.CorrelationID, resp))
+}
+
+// deferReply marks the request as answered later through rc.reply (or rc.fail).
+func (rc *reqCtx) deferReply() { rc.deferred = true }
+
+// noReply completes the request without a response (acks=0 Produce): the ordering window still
+// advances so later responses on the connection are not held back.
+func (rc *reqCtx) noReply() {
+	rc.deferred = true
+	rc.c.complete(rc.r, nil)
+}
+
+// fail closes the connection for a deferred request that cannot be answered.
+func (rc *reqCtx) fail(err error) {
+	rc.c.closeWith("deferred handler error", zap.String("api", kmsg.NameForKey(rc.hdr.Key)), zap.Error(err))
+	rc.r.release()
+}

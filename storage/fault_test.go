@@ -1,0 +1,194 @@
+package storage
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+func TestDiskFullAndRecovery(t *testing.T) {
+	ffs := &faultFS{}
+	dir := t.TempDir()
+	s := openStore(t, dir, func(c *Config) { c.FS = ffs })
+	p := newPartition(t, s, nil)
+	mustAppend(t, p, makeBatch(t, tb{pid: 1, seq: 0}), 0)
+	size := p.active.size.Load()
+
+	ffs.set(func(f *faultFS) { f.writeErr, f.partial = syscall.ENOSPC, 30 })
+	r := p.Append(makeBatch(t, tb{pid: 1, seq: 1}), 0)
+	if r.Code != codec.CodeKafkaStorageError {
+		t.Fatalf("disk full: %+v", r)
+	}
+	st, _ := os.Stat(activeLogPath(p))
+	if st.Size() != size || p.LogEndOffset() != 1 {
+		t.Fatalf("partial bytes left: file %d, want %d; leo %d", st.Size(), size, p.LogEndOffset())
+	}
+	// Producer window untouched by the failed write: the retry is in sequence, not a duplicate.
+	ffs.set(func(f *faultFS) { f.writeErr = nil })
+	r = mustAppend(t, p, makeBatch(t, tb{pid: 1, seq: 1}), 0)
+	if r.Duplicate || r.BaseOffset != 1 {
+		t.Fatalf("retry after space returned: %+v", r)
+	}
+	crash(s)
+	s = openStore(t, dir)
+	defer s.Close()
+	if got := readAll(t, s.Topic("t").Partition(0), 0); len(got) != 2 {
+		t.Fatalf("%d batches after reopen", len(got))
+	}
+}
+
+func TestFsyncFailureDiscardsAndNeverReusesOffsets(t *testing.T) {
+	ffs := &faultFS{}
+	dir := t.TempDir()
+	s := openStore(t, dir, func(c *Config) { c.FS = ffs })
+	p := newPartition(t, s, nil)
+	mustAppend(t, p, makeBatch(t, tb{pid: 1, seq: 0}), 0)
+	ffs.set(func(f *faultFS) { f.syncErr = syscall.EIO })
+	r := p.Append(makeBatch(t, tb{pid: 1, seq: 1, n: 3}), 0)
+	if r.Code != 0 {
+		t.Fatal(r)
+	}
+	err := syncWait(p, r.LastOffset+1)
+	if err == nil {
+		t.Fatal("sync succeeded despite fsync error")
+	}
+	if p.HighWatermark() != 1 {
+		t.Fatalf("HWM %d claims undurable data", p.HighWatermark())
+	}
+	// Repair fails while fsync keeps failing; then the disk recovers.
+	ffs.set(func(f *faultFS) { f.syncErr = nil })
+	r2 := mustAppend(t, p, makeBatch(t, tb{pid: 1, seq: 1}), 0)
+	if r2.BaseOffset != 4 {
+		t.Fatalf("offsets reused: next base %d, want 4 (1..3 discarded)", r2.BaseOffset)
+	}
+	// The discarded range answers ErrLost, never success.
+	if err := syncWait(p, r.LastOffset+1); !errors.Is(err, ErrLost) {
+		t.Fatalf("sync of discarded range: %v", err)
+	}
+	got := readAll(t, p, 0)
+	if len(got) != 2 || got[0].BaseOffset() != 0 || got[1].BaseOffset() != 4 {
+		t.Fatalf("read after repair: %d batches", len(got))
+	}
+	// Offsets in the gap read as the next batch.
+	buf, code := p.Read(nil, 2, 1<<20, p.HighWatermark())
+	if b, ok, _ := codec.FrameBatch(buf); code != 0 || !ok || b.BaseOffset() != 4 {
+		t.Fatal("gap read")
+	}
+	crash(s)
+	s = openStore(t, dir)
+	defer s.Close()
+	p = s.Topic("t").Partition(0)
+	if p.LogEndOffset() != 5 || len(readAll(t, p, 0)) != 2 {
+		t.Fatalf("after reopen leo %d", p.LogEndOffset())
+	}
+	if r := p.Append(makeBatch(t, tb{pid: 1, seq: 1}), 0); !r.Duplicate || r.BaseOffset != 4 {
+		t.Fatalf("producer state after repair+reopen: %+v", r)
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	ffs := &faultFS{syncDelay: 2 * time.Millisecond}
+	s := openStore(t, "", func(c *Config) { c.FS = ffs })
+	defer s.Close()
+	p := newPartition(t, s, nil)
+	before := ffs.syncs.Load()
+	const producers, each = 16, 25
+	var wg sync.WaitGroup
+	var fired, violations atomic.Int64
+	for g := 0; g < producers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := makeBatch(t, tb{n: 2})
+			for i := 0; i < each; i++ {
+				r := p.Append(b, 0)
+				if r.Code != 0 {
+					t.Error(r)
+					return
+				}
+				done := make(chan struct{})
+				end := r.LastOffset + 1
+				p.Sync(end, func(err error) {
+					if err != nil || p.HighWatermark() < end {
+						violations.Add(1)
+					}
+					fired.Add(1)
+					close(done)
+				})
+				<-done
+			}
+		}()
+	}
+	// Concurrently: the HWM never exceeds what the flusher fsync'd, and readers below it see
+	// only whole, valid batches.
+	stop := make(chan struct{})
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			h := p.HighWatermark()
+			if h > p.LogEndOffset() {
+				violations.Add(1)
+			}
+			buf, code := p.Read(nil, 0, 1<<20, h)
+			for code == 0 && len(buf) > 0 {
+				b, ok, _ := codec.FrameBatch(buf)
+				if !ok || !b.CRCValid() || b.LastOffset() >= h {
+					violations.Add(1)
+					break
+				}
+				buf = buf[len(b):]
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	rwg.Wait()
+	appends := int64(producers * each)
+	syncs := ffs.syncs.Load() - before
+	if fired.Load() != appends || violations.Load() != 0 {
+		t.Fatalf("fired %d of %d, violations %d", fired.Load(), appends, violations.Load())
+	}
+	if syncs >= appends {
+		t.Fatalf("no group commit: %d fsyncs for %d appends", syncs, appends)
+	}
+	t.Logf("%d appends, %d fsyncs", appends, syncs)
+}
+
+func TestRelaxedFlushAcksInlineAndFlushesInBackground(t *testing.T) {
+	ffs := &faultFS{}
+	s := openStore(t, "", func(c *Config) { c.FS = ffs })
+	defer s.Close()
+	p := newPartition(t, s, map[string]string{"flush.messages": "1000"})
+	r := p.Append(makeBatch(t, tb{}), 0)
+	called := false
+	p.Sync(r.LastOffset+1, func(err error) { called = err == nil })
+	if !called {
+		t.Fatal("relaxed Sync did not return inline")
+	}
+	ch := p.Changed()
+	eventually(t, "background flush", func() bool { return p.HighWatermark() == 1 })
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Changed not closed on HWM advance")
+	}
+	// An idle partition does not fsync.
+	n := ffs.syncs.Load()
+	time.Sleep(3 * relaxedFlushDelay) // asserting the absence of activity
+	if ffs.syncs.Load() != n {
+		t.Fatal("idle partition keeps fsyncing")
+	}
+}

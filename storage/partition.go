@@ -1,0 +1,1075 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kaas-go/kaas/codec"
+	"go.uber.org/zap"
+)
+
+// relaxedFlushDelay bounds how long appended records stay un-fsynced (and therefore invisible to
+// consumers: the HWM only moves on fsync) when a topic sets flush.messages > 1.
+const relaxedFlushDelay = 100 * time.Millisecond
+
+// snapshotsKept is how many producer state snapshots a partition keeps on disk.
+const snapshotsKept = 2
+
+// ErrLost is passed to a Sync callback whose records were discarded after an fsync failure.
+var ErrLost = errors.New("records were discarded after an fsync failure")
+
+// AppendResult is the outcome of one Append.
+type AppendResult struct {
+	BaseOffset     int64 // assigned (or, for a duplicate, the original) base offset
+	LastOffset     int64
+	LogAppendTime  int64 // -1 unless the topic uses LogAppendTime
+	LogStartOffset int64
+	Duplicate      bool
+	Code           int16 // codec.CodeNone or a Kafka error code
+}
+
+type waiter struct {
+	end  int64
+	done func(error)
+}
+
+type offsetRange struct{ from, to int64 } // [from, to)
+
+// Partition is one partition's log.
+//
+// Concurrency:
+//   - mu (the append mutex) serialises Append, rolls, repairs and retention's list edits. It is
+//     never held across an fsync except the one a roll needs to seal the old segment.
+//   - segs is a copy-on-write list of segments; readers load it without mu.
+//   - segMu is held for reading by anyone using a segment's file outside mu (Read, the flusher's
+//     fsync) and for writing by retention while it closes files, so no file is closed under a
+//     reader.
+//   - hwm / leo / logStart are atomics so Read and the long-poll path never take mu.
+//
+// Durability (group commit): Append writes to the page cache and kicks the flusher goroutine.
+// The flusher captures (leo, active segment) under mu, fsyncs without mu, then publishes the HWM
+// and completes every Sync waiter whose end is covered. Appends that arrive during an fsync are
+// covered by the next one, so N concurrent producers share few fsyncs. The HWM never passes what
+// is fsync'd (unlike the reference's code-finding G).
+type Partition struct {
+	topic    *Topic
+	id       int32
+	dir      string
+	fs       FS
+	log      *zap.Logger
+	interval int64
+
+	mu            sync.Mutex
+	active        *segment
+	producers     *producerState
+	leoLocal      int64 // == leo, owned by mu
+	durableEnd    int64 // == hwm, owned by mu
+	durablePos    int64 // position in active of durableEnd
+	flushedMaxTs  int64 // active segment's max timestamp as of the last fsync
+	flushedMaxOff int64
+	dirtyTail     bool // a failed write could not be truncated away yet
+	fsyncFailed   bool // see repairLocked
+	closed        bool
+
+	segs  atomic.Pointer[[]*segment]
+	segMu sync.RWMutex
+
+	leo      atomic.Int64
+	hwm      atomic.Int64
+	logStart atomic.Int64
+	changed  atomic.Pointer[chan struct{}]
+
+	wmu     sync.Mutex
+	waiters []waiter
+	fire    []waiter // flusher's scratch
+	lost    []offsetRange
+	wclosed bool
+
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	abandon atomic.Bool // shutdown without a final fsync
+}
+
+func (p *Partition) config() *TopicConfig { return p.topic.cfg.Load() }
+
+// ID returns the partition index.
+func (p *Partition) ID() int32 { return p.id }
+
+// Topic returns the partition's topic.
+func (p *Partition) Topic() *Topic { return p.topic }
+
+// HighWatermark is the offset below which everything is fsync'd. Consumers never see data a crash
+// could take back.
+func (p *Partition) HighWatermark() int64 { return p.hwm.Load() }
+
+// LogEndOffset is the next offset to assign (appended, maybe not yet durable).
+func (p *Partition) LogEndOffset() int64 { return p.leo.Load() }
+
+// LogStartOffset is the first offset still in the log.
+func (p *Partition) LogStartOffset() int64 { return p.logStart.Load() }
+
+// Changed returns a channel closed the next time the HWM advances. To wait without missing an
+// advance, call Changed before checking the HWM.
+func (p *Partition) Changed() <-chan struct{} { return *p.changed.Load() }
+
+// publishHWMLocked moves the HWM (under mu) and wakes long-polls.
+func (p *Partition) publishHWMLocked(end int64) {
+	p.durableEnd = end
+	p.hwm.Store(end)
+	ch := make(chan struct{})
+	old := p.changed.Swap(&ch)
+	close(*old)
+}
+
+// openPartition opens (or creates) a partition directory and recovers it (see recoverLog).
+func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error) {
+	p := &Partition{
+		topic: t, id: id, dir: dir, fs: s.fs, log: s.log.With(zap.String("topic", t.Name), zap.Int32("partition", id)),
+		interval: int64(s.cfg.IndexIntervalBytes), flushedMaxTs: -1, flushedMaxOff: -1,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	ch := make(chan struct{})
+	p.changed.Store(&ch)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create partition dir (%s): %w", dir, err)
+	}
+	if err := p.recoverLog(); err != nil {
+		p.closeFiles()
+		return nil, fmt.Errorf("cannot recover partition (%s-%d): %w", t.Name, id, err)
+	}
+	go p.flushLoop()
+	return p, nil
+}
+
+// recoverLog loads the segments and rebuilds in-memory state. Recovery after a crash:
+//
+//  1. Closed segments were fsync'd (and their indexes written atomically) before the roll that
+//     closed them completed, so their indexes are trusted if consistent; otherwise rebuilt by a
+//     CRC-checked scan.
+//  2. The active (last) segment is scanned from the start: every batch must frame, have magic 2,
+//     the expected contiguous baseOffset and a valid CRC32C. The file is truncated at the first
+//     one that does not (a torn write), then fsync'd, so everything left is durable and
+//     HWM = LEO.
+//  3. Producer state = newest valid snapshot at or below LEO, then the batch headers from the
+//     snapshot offset to LEO are replayed. Nothing depends on a clean shutdown.
+func (p *Partition) recoverLog() error {
+	ents, err := os.ReadDir(p.dir)
+	if err != nil {
+		return err
+	}
+	var bases []int64
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasSuffix(name, ".tmp") {
+			_ = os.Remove(filepath.Join(p.dir, name))
+			continue
+		}
+		if !strings.HasSuffix(name, ".log") {
+			continue
+		}
+		b, err := strconv.ParseInt(strings.TrimSuffix(name, ".log"), 10, 64)
+		if err != nil || b < 0 {
+			continue
+		}
+		bases = append(bases, b)
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	var segs []*segment
+	if len(bases) == 0 {
+		seg, err := p.createSegment(0)
+		if err != nil {
+			return err
+		}
+		segs = append(segs, seg)
+	}
+	for i, base := range bases {
+		f, err := p.fs.OpenFile(filepath.Join(p.dir, segmentName(base, ".log")), os.O_RDWR, 0o644)
+		if err != nil {
+			return err
+		}
+		seg := newSegment(p.dir, base, f)
+		segs = append(segs, seg)
+		p.segs.Store(&segs) // so closeFiles sees it on error
+		if i == len(bases)-1 {
+			cut, err := seg.recover(p.interval)
+			if err != nil {
+				return err
+			}
+			if cut > 0 {
+				p.log.Warn("truncated torn tail of active segment", zap.Int64("segment", base), zap.Int64("bytes", cut))
+			}
+			// Whatever survived may still be only in the page cache (the process died, not
+			// the machine): make it durable before calling it committed.
+			if err := seg.f.Sync(); err != nil {
+				return err
+			}
+			continue
+		}
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if seg.loadIndexes(st.Size(), bases[i+1]) {
+			continue
+		}
+		cut, err := seg.recover(p.interval)
+		if err != nil {
+			return err
+		}
+		if cut > 0 {
+			// A closed segment was fsync'd before it was closed, so this is media corruption.
+			// Offsets past the cut stay a gap; later segments are intact and readable.
+			p.log.Error("truncated corrupt closed segment", zap.Int64("segment", base), zap.Int64("bytes", cut))
+			_ = seg.f.Sync()
+		}
+		seg.mu.Lock()
+		seg.next = bases[i+1]
+		seg.mu.Unlock()
+		if err := seg.writeIndexes(); err != nil {
+			p.log.Warn("cannot rewrite segment indexes", zap.Int64("segment", base), zap.Error(err))
+		}
+	}
+	p.segs.Store(&segs)
+	p.active = segs[len(segs)-1]
+	next, maxTs, maxOff := p.active.stats()
+	p.leoLocal = next
+	p.leo.Store(next)
+	p.durablePos = p.active.size.Load()
+	p.flushedMaxTs, p.flushedMaxOff = maxTs, maxOff
+	p.durableEnd = next
+	p.hwm.Store(next)
+	p.logStart.Store(segs[0].base)
+	return p.rebuildProducersLocked(next)
+}
+
+// rebuildProducersLocked loads the newest snapshot at or below end and replays [snapshot, end).
+func (p *Partition) rebuildProducersLocked(end int64) error {
+	ps, from := loadNewestSnapshot(p.dir, end)
+	if ls := p.logStart.Load(); from < ls {
+		from = ls
+	}
+	if err := p.replay(ps, from, end); err != nil {
+		return err
+	}
+	p.producers = ps
+	return nil
+}
+
+// replay feeds the headers of every batch in [from, end) to the producer state.
+func (p *Partition) replay(ps *producerState, from, end int64) error {
+	for _, seg := range *p.segs.Load() {
+		next, _, _ := seg.stats()
+		if next <= from || seg.base >= end {
+			continue
+		}
+		pos := int64(0)
+		if from > seg.base {
+			pos = seg.lookup(from)
+		}
+		r := batchReader{f: seg.f, pos: pos, end: seg.size.Load()}
+		for {
+			b, status, err := r.next(false)
+			if err != nil {
+				return err
+			}
+			if status != batchOK {
+				break
+			}
+			if b.BaseOffset() >= end {
+				return nil
+			}
+			if b.BaseOffset() >= from {
+				ps.record(b)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Partition) createSegment(base int64) (*segment, error) {
+	f, err := p.fs.OpenFile(filepath.Join(p.dir, segmentName(base, ".log")), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	// The new file's directory entry must be durable before anything written to it is
+	// acknowledged as durable.
+	if err := syncDir(p.dir); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return newSegment(p.dir, base, f), nil
+}
+
+// Append writes one batch already validated by codec.ValidateProduce. The caller owns the bytes;
+// Append rewrites baseOffset, partitionLeaderEpoch and (LogAppendTime topics) maxTimestamp in
+// place and keeps no reference. Durability is separate: see Sync.
+func (p *Partition) Append(b codec.Batch, nowMs int64) AppendResult {
+	return p.append(b, nowMs, true)
+}
+
+// AppendControl appends a broker-built batch (e.g. a transaction marker) without the client
+// idempotence checks. A control batch raises the producer's epoch (Apache does the same when it
+// writes an end-transaction marker).
+func (p *Partition) AppendControl(b codec.Batch, nowMs int64) AppendResult {
+	return p.append(b, nowMs, false)
+}
+
+func (p *Partition) append(b codec.Batch, nowMs int64, client bool) AppendResult {
+	res := AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
+	cfg := p.config()
+	p.mu.Lock()
+	res.LogStartOffset = p.logStart.Load()
+	if p.closed {
+		p.mu.Unlock()
+		res.Code = codec.CodeUnknownTopicOrPartition
+		return res
+	}
+	if p.dirtyTail || p.fsyncFailed {
+		if err := p.repairLocked(); err != nil {
+			p.mu.Unlock()
+			p.log.Warn("partition repair failed", zap.Error(err))
+			appendErrorsTotal.Inc()
+			res.Code = codec.CodeKafkaStorageError
+			return res
+		}
+	}
+	if int64(len(b)) > cfg.SegmentBytes {
+		// Kafka: RecordBatchTooLargeException when a batch cannot fit in any segment.
+		p.mu.Unlock()
+		res.Code = codec.CodeRecordListTooLarge
+		return res
+	}
+	if client {
+		code, dup, isDup := p.producers.check(b)
+		if code != codec.CodeNone {
+			p.mu.Unlock()
+			res.Code = code
+			return res
+		}
+		if isDup {
+			p.mu.Unlock()
+			res.BaseOffset, res.LastOffset, res.Duplicate = dup.baseOffset, dup.lastOffset, true
+			if cfg.TimestampType == TimestampLogAppendTime {
+				res.LogAppendTime = dup.timestamp
+			}
+			return res
+		}
+	}
+	base := p.leoLocal
+	seg := p.active
+	size := seg.size.Load()
+	if size > 0 {
+		seg.mu.Lock()
+		rollTs := seg.rollTs
+		seg.mu.Unlock()
+		if size+int64(len(b)) > cfg.SegmentBytes || nowMs-rollTs >= cfg.SegmentMs ||
+			base+int64(b.LastOffsetDelta())-seg.base > math.MaxInt32 {
+			if err := p.rollLocked(); err != nil {
+				p.mu.Unlock()
+				p.log.Warn("segment roll failed", zap.Error(err))
+				appendErrorsTotal.Inc()
+				res.Code = codec.CodeKafkaStorageError
+				return res
+			}
+			seg, size = p.active, 0
+		}
+	}
+	b.SetBaseOffset(base)
+	b.SetPartitionLeaderEpoch(0) // single leader, epoch 0 until leadership epochs exist
+	if cfg.TimestampType == TimestampLogAppendTime && !b.IsControl() {
+		b.SetLogAppendTime(nowMs)
+		res.LogAppendTime = nowMs
+	}
+	if _, err := seg.f.WriteAt(b, size); err != nil {
+		// ENOSPC/EIO: cut off whatever part of the batch reached the file so no half batch
+		// stays behind. If even that fails, the next append (or flush) retries the cut first.
+		if terr := seg.f.Truncate(size); terr != nil {
+			p.dirtyTail = true
+		}
+		p.mu.Unlock()
+		p.log.Warn("append write failed", zap.Error(err))
+		appendErrorsTotal.Inc()
+		res.Code = codec.CodeKafkaStorageError
+		return res
+	}
+	seg.track(b, size, p.interval, nowMs)
+	seg.size.Store(size + int64(len(b)))
+	p.producers.record(b)
+	p.leoLocal = b.LastOffset() + 1
+	p.leo.Store(p.leoLocal)
+	p.mu.Unlock()
+
+	appendBytesTotal.Add(len(b))
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	res.BaseOffset, res.LastOffset = base, b.LastOffset()
+	return res
+}
+
+// rollLocked closes the active segment and opens a new one at the log end. The old segment is
+// fsync'd first (so a closed segment is always durable and never needs a recovery scan), its
+// indexes are written atomically, and a producer snapshot is taken at the new base.
+func (p *Partition) rollLocked() error {
+	old := p.active
+	newBase := p.leoLocal
+	if err := p.timedSync(old.f); err != nil {
+		p.fsyncFailed = true
+		return fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
+	}
+	if newBase > p.durableEnd {
+		p.publishHWMLocked(newBase)
+	}
+	if err := old.writeIndexes(); err != nil {
+		// Indexes are rebuildable: make sure no stale file is trusted on the next open.
+		p.log.Warn("cannot write segment indexes", zap.Int64("segment", old.base), zap.Error(err))
+		_ = os.Remove(old.path(".index"))
+		_ = os.Remove(old.path(".timeindex"))
+	}
+	p.writeSnapshotLocked(newBase)
+	seg, err := p.createSegment(newBase)
+	if err != nil {
+		return fmt.Errorf("cannot create segment (%s-%d@%d): %w", p.topic.Name, p.id, newBase, err)
+	}
+	p.installActiveLocked(seg)
+	segmentRollsTotal.Inc()
+	return nil
+}
+
+func (p *Partition) installActiveLocked(seg *segment) {
+	old := *p.segs.Load()
+	list := make([]*segment, len(old), len(old)+1)
+	copy(list, old)
+	list = append(list, seg)
+	p.segs.Store(&list)
+	p.active = seg
+	p.durablePos = 0
+	p.flushedMaxTs, p.flushedMaxOff = -1, -1
+}
+
+func (p *Partition) writeSnapshotLocked(offset int64) {
+	if err := writeFileAtomic(p.dir, segmentName(offset, ".snapshot"), p.producers.encode(offset)); err != nil {
+		p.log.Warn("cannot write producer snapshot", zap.Int64("offset", offset), zap.Error(err))
+		return
+	}
+	pruneSnapshots(p.dir, offset, snapshotsKept)
+}
+
+func (p *Partition) timedSync(f File) error {
+	start := time.Now()
+	err := f.Sync()
+	fsyncDuration.UpdateDuration(start)
+	fsyncsTotal.Inc()
+	return err
+}
+
+// repairLocked brings the partition back to a consistent state after a failed write or fsync.
+//
+// Failed write: the file may hold part of a batch past seg.size; cut it off.
+//
+// Failed fsync: after an fsync error Linux may have dropped the dirty pages and marked them
+// clean, so a later fsync can "succeed" without the data ever reaching the disk (the 2018
+// fsyncgate lesson). Retrying the fsync would therefore claim durability we do not have. Instead
+// everything past the last successful fsync is discarded: the active segment is truncated to the
+// durable position (and that truncation fsync'd), producer state is rebuilt from disk, and a new
+// segment is started at the old log end so the discarded offsets are never reused (a consumer or
+// producer never sees two different records under one offset; the gap is skipped on read, as
+// Kafka clients already do for compacted topics). Every waiter on a discarded offset gets
+// ErrLost. Each step is idempotent, so a repair that fails part way is retried by the next
+// append or flush.
+func (p *Partition) repairLocked() error {
+	seg := p.active
+	if p.dirtyTail {
+		if err := seg.f.Truncate(seg.size.Load()); err != nil {
+			return err
+		}
+		p.dirtyTail = false
+	}
+	if !p.fsyncFailed {
+		return nil
+	}
+	if seg.size.Load() > p.durablePos {
+		if err := seg.f.Truncate(p.durablePos); err != nil {
+			return err
+		}
+		if err := seg.f.Sync(); err != nil {
+			return err
+		}
+		seg.size.Store(p.durablePos)
+		seg.mu.Lock()
+		seg.truncateIndexLocked(p.durablePos, p.durableEnd)
+		seg.mu.Unlock()
+		if p.leoLocal > p.durableEnd {
+			p.wmu.Lock()
+			p.lost = append(p.lost, offsetRange{p.durableEnd, p.leoLocal})
+			p.wmu.Unlock()
+			p.log.Error("discarded un-fsync'd records after fsync failure",
+				zap.Int64("from", p.durableEnd), zap.Int64("to", p.leoLocal))
+		}
+		if err := p.rebuildProducersLocked(p.durableEnd); err != nil {
+			return err
+		}
+	}
+	if p.leoLocal > p.durableEnd {
+		// Skip the discarded offsets: continue in a fresh segment at the old log end.
+		_ = writeFileAtomic(p.dir, segmentName(p.leoLocal, ".snapshot"), p.producers.encode(p.leoLocal))
+		if err := seg.writeIndexes(); err != nil {
+			_ = os.Remove(seg.path(".index"))
+			_ = os.Remove(seg.path(".timeindex"))
+		}
+		ns, err := p.createSegment(p.leoLocal)
+		if err != nil {
+			return err
+		}
+		seg.mu.Lock()
+		seg.next = p.leoLocal
+		seg.mu.Unlock()
+		p.installActiveLocked(ns)
+		p.publishHWMLocked(p.leoLocal)
+	}
+	p.fsyncFailed = false
+	return nil
+}
+
+// Sync calls done once every offset < end is fsync'd (from the flusher goroutine; done must not
+// block). err != nil means the caller answers KAFKA_STORAGE_ERROR. One fsync serves every waiter
+// covered at that moment (group commit). With flush.messages > 1 the operator chose acks from the
+// page cache: done(nil) is called inline.
+func (p *Partition) Sync(end int64, done func(err error)) {
+	if p.config().FlushMessages > 1 {
+		done(nil)
+		return
+	}
+	p.wmu.Lock()
+	if p.isLostLocked(end) {
+		p.wmu.Unlock()
+		done(ErrLost)
+		return
+	}
+	if p.hwm.Load() >= end {
+		p.wmu.Unlock()
+		done(nil)
+		return
+	}
+	if p.wclosed {
+		p.wmu.Unlock()
+		done(ErrClosed)
+		return
+	}
+	p.waiters = append(p.waiters, waiter{end: end, done: done})
+	p.wmu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// isLostLocked reports whether a waiter for end (offsets < end) covers a discarded record.
+func (p *Partition) isLostLocked(end int64) bool {
+	for _, r := range p.lost {
+		if end > r.from && end <= r.to {
+			return true
+		}
+	}
+	return false
+}
+
+// flushLoop is the partition's flusher goroutine. It sleeps on the kick channel (idle partitions
+// cost nothing) and fsyncs:
+//   - flush.messages = 1: as soon as anything is unflushed (group commit);
+//   - flush.messages > 1: once that many records are unflushed, or after
+//     min(flush.ms, relaxedFlushDelay) since the first unflushed append.
+func (p *Partition) flushLoop() {
+	defer close(p.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	for {
+		select {
+		case <-p.stop:
+			timer.Stop()
+			err := error(ErrClosed)
+			if !p.abandon.Load() {
+				if ferr := p.flushOnce(); ferr != nil {
+					err = ferr
+				}
+			}
+			p.wmu.Lock()
+			p.wclosed = true
+			p.wmu.Unlock()
+			p.completeWaiters(err)
+			return
+		case <-timer.C:
+			armed = false
+			_ = p.flushOnce()
+			continue
+		case <-p.kick:
+		}
+		cfg := p.config()
+		pending := p.leo.Load() - p.hwm.Load()
+		p.wmu.Lock()
+		hasWaiters := len(p.waiters) > 0
+		p.wmu.Unlock()
+		if cfg.FlushMessages <= 1 || pending >= cfg.FlushMessages || hasWaiters {
+			if armed {
+				timer.Stop()
+				armed = false
+			}
+			_ = p.flushOnce()
+			continue
+		}
+		if pending > 0 && !armed {
+			d := relaxedFlushDelay
+			if ms := time.Duration(cfg.FlushMs) * time.Millisecond; cfg.FlushMs < int64(relaxedFlushDelay/time.Millisecond) {
+				d = ms
+			}
+			timer.Reset(d)
+			armed = true
+		}
+	}
+}
+
+// flushOnce makes everything appended so far durable and completes the covered waiters.
+func (p *Partition) flushOnce() error {
+	p.mu.Lock()
+	if p.dirtyTail || p.fsyncFailed {
+		if err := p.repairLocked(); err != nil {
+			p.mu.Unlock()
+			p.completeWaiters(err)
+			return err
+		}
+	}
+	end, seg, pos, durable := p.leoLocal, p.active, p.active.size.Load(), p.durableEnd
+	_, maxTs, maxOff := seg.stats()
+	p.mu.Unlock()
+
+	var err error
+	if end > durable {
+		p.segMu.RLock()
+		if !seg.deleted {
+			err = p.timedSync(seg.f)
+		}
+		p.segMu.RUnlock()
+		p.mu.Lock()
+		if err != nil {
+			p.log.Error("fsync failed; discarding un-fsync'd records", zap.Error(err))
+			p.fsyncFailed = true
+			if rerr := p.repairLocked(); rerr != nil {
+				p.log.Error("partition repair failed", zap.Error(rerr))
+			}
+		} else if end > p.durableEnd && seg == p.active {
+			p.durablePos = pos
+			p.flushedMaxTs, p.flushedMaxOff = maxTs, maxOff
+			p.publishHWMLocked(end)
+		}
+		p.mu.Unlock()
+	}
+	p.completeWaiters(err)
+	return err
+}
+
+// completeWaiters (flusher goroutine only) fires every waiter that is covered by the HWM, that waits on a discarded
+// range, or (when err != nil) every waiter.
+func (p *Partition) completeWaiters(err error) {
+	hwm := p.hwm.Load()
+	p.wmu.Lock()
+	fire := p.fire[:0]
+	n := 0
+	for _, w := range p.waiters {
+		switch {
+		case p.isLostLocked(w.end):
+			w.end = math.MinInt64 // marker: answer ErrLost
+			fire = append(fire, w)
+		case w.end <= hwm || err != nil:
+			fire = append(fire, w)
+		default:
+			p.waiters[n] = w
+			n++
+		}
+	}
+	clear(p.waiters[n:])
+	p.waiters = p.waiters[:n]
+	p.wmu.Unlock()
+	for _, w := range fire {
+		switch {
+		case w.end == math.MinInt64:
+			w.done(ErrLost)
+		case w.end <= hwm:
+			w.done(nil)
+		default:
+			w.done(err)
+		}
+	}
+	clear(fire)
+	p.fire = fire[:0]
+}
+
+// shutdown stops the flusher (final fsync when clean), writes a producer snapshot at the log end
+// (clean only, and only if everything is durable) and closes the files.
+func (p *Partition) shutdown(clean bool) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	if !clean {
+		// Crash-like close (topic deletion, tests): nothing more is written.
+		// The flusher fails the remaining waiters (only it uses the waiter scratch slice).
+		p.abandon.Store(true)
+		close(p.stop)
+		<-p.done
+		p.closeFiles()
+		return nil
+	}
+	close(p.stop)
+	<-p.done
+	var err error
+	p.mu.Lock()
+	if p.durableEnd == p.leoLocal && !p.fsyncFailed {
+		p.writeSnapshotLocked(p.leoLocal)
+	} else {
+		err = fmt.Errorf("cannot flush partition (%s-%d): log end %d, durable %d", p.topic.Name, p.id, p.leoLocal, p.durableEnd)
+	}
+	p.mu.Unlock()
+	p.closeFiles()
+	return err
+}
+
+func (p *Partition) closeFiles() {
+	p.segMu.Lock()
+	defer p.segMu.Unlock()
+	if l := p.segs.Load(); l != nil {
+		for _, s := range *l {
+			if !s.deleted {
+				s.deleted = true
+				_ = s.f.Close()
+			}
+		}
+	}
+}
+
+// Read appends whole batches starting at the batch containing offset, up to maxBytes (but at
+// least one whole batch if any exists, as Kafka does with minOneMessage), never returning a batch
+// at or beyond upTo (capped at the HWM). It returns OFFSET_OUT_OF_RANGE if offset < log start or
+// offset > HWM, and KAFKA_STORAGE_ERROR on an I/O error. Reads use pread and never take the
+// append mutex.
+func (p *Partition) Read(dst []byte, offset int64, maxBytes int32, upTo int64) ([]byte, int16) {
+	hwm := p.hwm.Load()
+	if offset < p.logStart.Load() || offset > hwm {
+		return dst, codec.CodeOffsetOutOfRange
+	}
+	if upTo > hwm {
+		upTo = hwm
+	}
+	if offset >= upTo {
+		return dst, codec.CodeNone
+	}
+	p.segMu.RLock()
+	defer p.segMu.RUnlock()
+	segs := *p.segs.Load()
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
+	if i < 0 {
+		i = 0
+	}
+	remaining := int64(maxBytes)
+	first := true
+	for ; i < len(segs) && (first || remaining > 0); i++ {
+		seg := segs[i]
+		if seg.deleted {
+			return dst, codec.CodeOffsetOutOfRange // retention removed it meanwhile
+		}
+		size := seg.size.Load()
+		pos := int64(0)
+		var hdr [codec.BatchHeaderSize]byte
+		var firstLen int64
+		if offset > seg.base {
+			pos = seg.lookup(offset)
+		}
+		// Skip batches that end before offset.
+		for pos < size {
+			if _, err := seg.f.ReadAt(hdr[:], pos); err != nil {
+				return dst, codec.CodeKafkaStorageError
+			}
+			b := codec.Batch(hdr[:])
+			firstLen = int64(b.BatchLength()) + codec.LogOverhead
+			if b.LastOffset() >= offset {
+				break
+			}
+			pos += firstLen
+		}
+		if pos >= size {
+			continue
+		}
+		want := size - pos
+		if want > remaining {
+			want = remaining
+		}
+		if first && want < firstLen {
+			want = firstLen
+		}
+		n0 := len(dst)
+		dst = growLen(dst, int(want))
+		m, err := seg.f.ReadAt(dst[n0:], pos)
+		if err != nil && err != io.EOF {
+			return dst[:n0], codec.CodeKafkaStorageError
+		}
+		kept := 0
+		stop := false
+		for {
+			b, ok, bad := codec.FrameBatch(dst[n0+kept : n0+m])
+			if !ok || bad {
+				break
+			}
+			if b.BaseOffset() >= upTo {
+				stop = true
+				break
+			}
+			kept += len(b)
+		}
+		dst = dst[:n0+kept]
+		if kept == 0 {
+			break
+		}
+		first = false
+		remaining -= int64(kept)
+		if stop || pos+int64(kept) < size {
+			break
+		}
+	}
+	return dst, codec.CodeNone
+}
+
+// growLen extends dst by n bytes, reallocating if needed.
+func growLen(dst []byte, n int) []byte {
+	if cap(dst)-len(dst) < n {
+		nd := make([]byte, len(dst), len(dst)+n)
+		copy(nd, dst)
+		dst = nd
+	}
+	return dst[:len(dst)+n]
+}
+
+// batchAt reads the whole batch containing offset from seg.
+func (p *Partition) batchAt(seg *segment, offset int64) (codec.Batch, error) {
+	r := batchReader{f: seg.f, pos: seg.lookup(offset), end: seg.size.Load()}
+	for {
+		b, status, err := r.next(true)
+		if err != nil {
+			return nil, err
+		}
+		if status != batchOK {
+			return nil, io.ErrUnexpectedEOF
+		}
+		if b.LastOffset() >= offset {
+			return b, nil
+		}
+	}
+}
+
+// OffsetForTimestamp finds the first record with timestamp >= ts below the HWM (ListOffsets).
+// The batch is found through the time index; inside an uncompressed CreateTime batch the exact
+// record is returned (as Kafka does). For compressed or LogAppendTime batches the answer is the
+// batch's base offset and max timestamp (kaas does not decompress on this path).
+func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool) {
+	hwm := p.hwm.Load()
+	p.segMu.RLock()
+	defer p.segMu.RUnlock()
+	for _, seg := range *p.segs.Load() {
+		if seg.base >= hwm || seg.deleted {
+			break
+		}
+		if _, maxTs, _ := seg.stats(); maxTs < ts {
+			continue
+		}
+		start := seg.timeLookup(ts)
+		r := batchReader{f: seg.f, pos: seg.lookup(start), end: seg.size.Load()}
+		for {
+			b, status, err := r.next(true)
+			if err != nil || status != batchOK || b.BaseOffset() >= hwm {
+				return -1, -1, false
+			}
+			if b.MaxTimestamp() >= ts {
+				o, t := recordAtOrAfter(b, ts)
+				return o, t, true
+			}
+		}
+	}
+	return -1, -1, false
+}
+
+// recordAtOrAfter returns the first record of b with timestamp >= ts, or (b.base, b.max).
+func recordAtOrAfter(b codec.Batch, ts int64) (int64, int64) {
+	if b.Compression() == 0 && !b.IsLogAppendTime() {
+		found, fo, ft := false, int64(0), int64(0)
+		walkRecordTimestamps(b, func(offDelta, t int64) bool {
+			if t >= ts {
+				found, fo, ft = true, b.BaseOffset()+offDelta, t
+				return false
+			}
+			return true
+		})
+		if found {
+			return fo, ft
+		}
+	}
+	return b.BaseOffset(), b.MaxTimestamp()
+}
+
+// walkRecordTimestamps calls fn(offsetDelta, timestamp) for each record of an uncompressed batch
+// until fn returns false or the records do not parse.
+func walkRecordTimestamps(b codec.Batch, fn func(offDelta, ts int64) bool) {
+	p := b.Records()
+	base := b.BaseTimestamp()
+	for i := int32(0); i < b.NumRecords(); i++ {
+		l, k := binary.Varint(p)
+		if k <= 0 || l < 1 || int64(len(p)-k) < l {
+			return
+		}
+		rec := p[k+1 : k+int(l)] // skip attributes
+		p = p[k+int(l):]
+		td, k1 := binary.Varint(rec)
+		if k1 <= 0 {
+			return
+		}
+		od, k2 := binary.Varint(rec[k1:])
+		if k2 <= 0 {
+			return
+		}
+		if !fn(od, base+td) {
+			return
+		}
+	}
+}
+
+// MaxTimestamp returns the offset and timestamp of the record with the largest timestamp among
+// durable records (ListOffsets MAX_TIMESTAMP, KIP-734), or -1, -1 if there is none.
+func (p *Partition) MaxTimestamp() (offset, timestamp int64) {
+	p.mu.Lock()
+	active, bestTs, bestOff := p.active, p.flushedMaxTs, p.flushedMaxOff
+	p.mu.Unlock()
+	p.segMu.RLock()
+	defer p.segMu.RUnlock()
+	var bestSeg *segment
+	if bestOff >= 0 {
+		bestSeg = active
+	}
+	for _, seg := range *p.segs.Load() {
+		if seg == active || seg.deleted {
+			continue
+		}
+		// Earlier segments win ties: the first record with the max timestamp is reported.
+		if _, ts, off := seg.stats(); off >= 0 && (ts > bestTs || (ts == bestTs && off < bestOff)) {
+			bestTs, bestOff, bestSeg = ts, off, seg
+		}
+	}
+	if bestSeg == nil || bestOff < p.logStart.Load() || bestSeg.deleted {
+		return -1, -1
+	}
+	b, err := p.batchAt(bestSeg, bestOff)
+	if err != nil {
+		return bestOff, bestTs
+	}
+	o, t := recordAtOrAfter(b, bestTs)
+	return o, t
+}
+
+// retain applies retention.ms / retention.bytes to closed segments (never the active one) and
+// advances the log start offset. Segment age is its max timestamp (Kafka's largestTimestamp);
+// an empty closed segment (left by a repair) is always removable.
+func (p *Partition) retain(now time.Time) {
+	cfg := p.config()
+	nowMs := now.UnixMilli()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	segs := *p.segs.Load()
+	var total int64
+	for _, s := range segs {
+		total += s.size.Load()
+	}
+	drop := 0
+	for drop < len(segs)-1 { // never the active segment
+		s := segs[drop]
+		size := s.size.Load()
+		_, maxTs, _ := s.stats()
+		byTime := cfg.RetentionMs >= 0 && (maxTs < 0 || nowMs-maxTs > cfg.RetentionMs)
+		byBytes := cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
+		if !byTime && !byBytes && size > 0 {
+			break
+		}
+		total -= size
+		drop++
+	}
+	if drop == 0 {
+		p.mu.Unlock()
+		return
+	}
+	keep := append([]*segment(nil), segs[drop:]...)
+	p.segs.Store(&keep)
+	p.logStart.Store(keep[0].base)
+	p.mu.Unlock()
+
+	p.segMu.Lock()
+	for _, s := range segs[:drop] {
+		s.deleted = true
+		_ = s.f.Close()
+	}
+	p.segMu.Unlock()
+	for _, s := range segs[:drop] {
+		for _, ext := range []string{".log", ".index", ".timeindex"} {
+			if err := os.Remove(s.path(ext)); err != nil && !os.IsNotExist(err) {
+				p.log.Warn("cannot delete segment file", zap.String("file", s.path(ext)), zap.Error(err))
+			}
+		}
+	}
+	_ = syncDir(p.dir)
+	p.log.Info("retention removed segments", zap.Int("segments", drop), zap.Int64("logStartOffset", keep[0].base))
+}
+
+// ProducerState returns pid's epoch, last sequence (-1 if none at this epoch), and last
+// timestamp.
+func (p *Partition) ProducerState(pid int64) (epoch int16, lastSeq int32, lastTimestamp int64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.producers.m[pid]
+	if e == nil {
+		return 0, -1, -1, false
+	}
+	lastSeq = -1
+	if e.n > 0 {
+		lastSeq = e.newest().lastSeq
+	}
+	return e.epoch, lastSeq, e.lastTs, true
+}
+
+// Producers lists the producers known to this partition (DescribeProducers).
+func (p *Partition) Producers() []ProducerInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.producers.infos()
+}
+
+// FenceProducer raises pid's epoch to epoch (if higher) and clears its window, so the old
+// epoch's in-flight batches get INVALID_PRODUCER_EPOCH.
+func (p *Partition) FenceProducer(pid int64, epoch int16) {
+	p.mu.Lock()
+	p.producers.fence(pid, epoch)
+	p.mu.Unlock()
+}

@@ -1,0 +1,358 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+// On-disk layout of one partition directory:
+//
+//	00000000000000000000.log        v2 record batches, back to back, baseOffsets contiguous
+//	00000000000000000000.index      sparse offset index: (relOffset int32, position int32) BE
+//	00000000000000000000.timeindex  time index: (maxTimestampSoFar int64, relOffset int32) BE
+//	00000000000000001234.snapshot   producer state as of offset 1234 (producer.go)
+//
+// Index files are written only when a segment is closed (roll, clean Close), atomically (tmp +
+// fsync + rename). The active segment's indexes live in memory and are rebuilt by the recovery
+// scan on open, so the hot path never writes or fsyncs an index.
+
+const (
+	indexEntrySize     = 8
+	timeIndexEntrySize = 12
+)
+
+func segmentName(base int64, ext string) string { return fmt.Sprintf("%020d%s", base, ext) }
+
+type indexEntry struct{ rel, pos int32 }
+
+type timeEntry struct {
+	ts  int64
+	rel int32
+}
+
+// segment is one log file plus its in-memory indexes.
+type segment struct {
+	base int64
+	dir  string
+	f    File
+
+	deleted bool // file closed by retention/shutdown; guarded by the partition's segMu
+
+	// size is the end of the last whole batch written. Readers never read past it, so a write in
+	// progress (or one that failed and is being truncated away) is never visible.
+	size atomic.Int64
+
+	mu              sync.Mutex // guards the fields below: the appender writes, readers look up
+	index           []indexEntry
+	tindex          []timeEntry
+	next            int64 // offset after the last batch (= base when empty)
+	maxTs           int64 // largest batch maxTimestamp, -1 when empty
+	maxTsOff        int64 // baseOffset of the first batch carrying maxTs
+	rollTs          int64 // time the segment.ms clock starts: first append's wall clock, -1 when empty
+	bytesSinceIndex int64
+}
+
+func newSegment(dir string, base int64, f File) *segment {
+	return &segment{base: base, dir: dir, f: f, next: base, maxTs: -1, maxTsOff: -1, rollTs: -1}
+}
+
+func (s *segment) path(ext string) string { return filepath.Join(s.dir, segmentName(s.base, ext)) }
+
+// track records a batch just written at pos in the in-memory indexes. An index entry is added for
+// the first batch and then once at least interval bytes were written since the previous entry
+// (Kafka's index.interval.bytes). A time entry is added alongside when the max timestamp grew.
+func (s *segment) track(b codec.Batch, pos int64, interval int64, nowMs int64) {
+	s.mu.Lock()
+	rel := int32(b.BaseOffset() - s.base)
+	if ts := b.MaxTimestamp(); ts > s.maxTs {
+		s.maxTs, s.maxTsOff = ts, b.BaseOffset()
+	}
+	if len(s.index) == 0 || s.bytesSinceIndex >= interval {
+		s.index = append(s.index, indexEntry{rel: rel, pos: int32(pos)})
+		s.bytesSinceIndex = 0
+		s.addTimeEntryLocked()
+	}
+	s.bytesSinceIndex += int64(len(b))
+	if s.rollTs < 0 {
+		s.rollTs = nowMs
+	}
+	s.next = b.LastOffset() + 1
+	s.mu.Unlock()
+}
+
+func (s *segment) addTimeEntryLocked() {
+	if s.maxTs < 0 {
+		return
+	}
+	if n := len(s.tindex); n == 0 || s.tindex[n-1].ts < s.maxTs {
+		s.tindex = append(s.tindex, timeEntry{ts: s.maxTs, rel: int32(s.maxTsOff - s.base)})
+	}
+}
+
+// lookup returns the file position of the last indexed batch whose baseOffset <= offset: a safe
+// place to start scanning for the batch containing offset.
+func (s *segment) lookup(offset int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rel := offset - s.base
+	i := sort.Search(len(s.index), func(i int) bool { return int64(s.index[i].rel) > rel })
+	if i == 0 {
+		return 0
+	}
+	return int64(s.index[i-1].pos)
+}
+
+// timeLookup returns an offset from which scanning finds the first batch with maxTimestamp >= ts:
+// every batch before the last time entry with a smaller timestamp is older than ts.
+func (s *segment) timeLookup(ts int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := sort.Search(len(s.tindex), func(i int) bool { return s.tindex[i].ts >= ts })
+	if i == 0 {
+		return s.base
+	}
+	return s.base + int64(s.tindex[i-1].rel)
+}
+
+func (s *segment) stats() (next, maxTs, maxTsOff int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.next, s.maxTs, s.maxTsOff
+}
+
+// truncateIndexLocked drops index entries at or beyond pos / offset after the log was cut back.
+func (s *segment) truncateIndexLocked(pos, next int64) {
+	for len(s.index) > 0 && int64(s.index[len(s.index)-1].pos) >= pos {
+		s.index = s.index[:len(s.index)-1]
+	}
+	for len(s.tindex) > 0 && s.base+int64(s.tindex[len(s.tindex)-1].rel) >= next {
+		s.tindex = s.tindex[:len(s.tindex)-1]
+	}
+	s.next = next
+	s.bytesSinceIndex = 0
+	if len(s.index) > 0 {
+		s.bytesSinceIndex = pos - int64(s.index[len(s.index)-1].pos)
+	}
+	s.maxTs, s.maxTsOff = -1, -1
+	if n := len(s.tindex); n > 0 {
+		s.maxTs, s.maxTsOff = s.tindex[n-1].ts, s.base+int64(s.tindex[n-1].rel)
+	}
+	// maxTs may now be too low for batches between the last time entry and next; it is only a
+	// lower bound used by retention and lookups until the next roll, which is acceptable after
+	// an fsync failure (rare) because retention only considers closed segments, whose max is
+	// recomputed by a scan when their index is rebuilt.
+	if next == s.base {
+		s.rollTs = -1
+	}
+}
+
+// writeIndexes persists the segment's indexes (closing it). A final time entry for the max
+// timestamp is added first, as Kafka does on roll, so the last time entry is the segment's max.
+func (s *segment) writeIndexes() error {
+	s.mu.Lock()
+	s.addTimeEntryLocked()
+	idx := make([]byte, 0, len(s.index)*indexEntrySize)
+	for _, e := range s.index {
+		idx = binary.BigEndian.AppendUint32(idx, uint32(e.rel))
+		idx = binary.BigEndian.AppendUint32(idx, uint32(e.pos))
+	}
+	tidx := make([]byte, 0, len(s.tindex)*timeIndexEntrySize)
+	for _, e := range s.tindex {
+		tidx = binary.BigEndian.AppendUint64(tidx, uint64(e.ts))
+		tidx = binary.BigEndian.AppendUint32(tidx, uint32(e.rel))
+	}
+	s.mu.Unlock()
+	if err := writeFileAtomic(s.dir, segmentName(s.base, ".index"), idx); err != nil {
+		return err
+	}
+	return writeFileAtomic(s.dir, segmentName(s.base, ".timeindex"), tidx)
+}
+
+// loadIndexes reads a closed segment's index files and checks them against the log size and the
+// next segment's base offset. It returns false if they are missing or inconsistent (the caller
+// rebuilds them by scanning).
+func (s *segment) loadIndexes(size, next int64) bool {
+	idx, err1 := os.ReadFile(s.path(".index"))
+	tidx, err2 := os.ReadFile(s.path(".timeindex"))
+	if err1 != nil || err2 != nil || len(idx)%indexEntrySize != 0 || len(tidx)%timeIndexEntrySize != 0 {
+		return false
+	}
+	if size == 0 {
+		// Empty closed segment (left behind by a repair, see repairLocked).
+		if len(idx) != 0 || len(tidx) != 0 || next < s.base {
+			return false
+		}
+		s.mu.Lock()
+		s.next = next
+		s.mu.Unlock()
+		return true
+	}
+	if len(idx) == 0 || len(tidx) == 0 || next <= s.base {
+		return false
+	}
+	maxRel := next - 1 - s.base
+	index := make([]indexEntry, 0, len(idx)/indexEntrySize)
+	for i := 0; i < len(idx); i += indexEntrySize {
+		e := indexEntry{rel: int32(binary.BigEndian.Uint32(idx[i:])), pos: int32(binary.BigEndian.Uint32(idx[i+4:]))}
+		if e.rel < 0 || int64(e.rel) > maxRel || e.pos < 0 || int64(e.pos) >= size {
+			return false
+		}
+		if n := len(index); (n == 0 && (e.rel != 0 || e.pos != 0)) || (n > 0 && (e.rel <= index[n-1].rel || e.pos <= index[n-1].pos)) {
+			return false
+		}
+		index = append(index, e)
+	}
+	tindex := make([]timeEntry, 0, len(tidx)/timeIndexEntrySize)
+	for i := 0; i < len(tidx); i += timeIndexEntrySize {
+		e := timeEntry{ts: int64(binary.BigEndian.Uint64(tidx[i:])), rel: int32(binary.BigEndian.Uint32(tidx[i+8:]))}
+		if e.rel < 0 || int64(e.rel) > maxRel || (len(tindex) > 0 && e.ts <= tindex[len(tindex)-1].ts) {
+			return false
+		}
+		tindex = append(tindex, e)
+	}
+	last := tindex[len(tindex)-1]
+	s.mu.Lock()
+	s.index, s.tindex = index, tindex
+	s.next = next
+	s.maxTs, s.maxTsOff = last.ts, s.base+int64(last.rel)
+	s.rollTs = last.ts
+	s.mu.Unlock()
+	s.size.Store(size)
+	return true
+}
+
+// resetIndexes clears the in-memory state before a rebuild scan.
+func (s *segment) resetIndexes() {
+	s.mu.Lock()
+	s.index, s.tindex = nil, nil
+	s.next, s.maxTs, s.maxTsOff, s.rollTs, s.bytesSinceIndex = s.base, -1, -1, -1, 0
+	s.mu.Unlock()
+	s.size.Store(0)
+}
+
+// recover scans the whole segment, verifying every batch (length, magic, CRC32C, contiguous
+// offsets starting at base), rebuilding the in-memory indexes, and truncates the file at the first
+// batch that fails (a torn write from a crash, or garbage). It returns how many bytes were cut.
+// The caller fsyncs the file afterwards.
+func (s *segment) recover(interval int64) (cut int64, err error) {
+	st, err := s.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	fileSize := st.Size()
+	s.resetIndexes()
+	r := batchReader{f: s.f, end: fileSize}
+	expect := s.base
+	var pos int64
+	for {
+		b, status, err := r.next(true)
+		if err != nil {
+			return 0, err
+		}
+		if status != batchOK || !validStoredBatch(b, expect) {
+			break
+		}
+		s.track(b, pos, interval, b.MaxTimestamp())
+		pos += int64(len(b))
+		expect = b.LastOffset() + 1
+	}
+	if pos < fileSize {
+		if err := s.f.Truncate(pos); err != nil {
+			return 0, err
+		}
+	}
+	s.size.Store(pos)
+	return fileSize - pos, nil
+}
+
+// validStoredBatch checks what recovery relies on: magic 2, CRC32C, the expected base offset, and
+// sane header counts.
+func validStoredBatch(b codec.Batch, expectBase int64) bool {
+	return len(b) >= codec.BatchHeaderSize && b.Magic() == 2 && b.BaseOffset() == expectBase &&
+		b.LastOffsetDelta() >= 0 && b.CRCValid()
+}
+
+// Batch reader statuses.
+const (
+	batchOK  = iota
+	batchEOF // clean end
+	batchTorn
+	batchBad
+)
+
+// batchReader walks batches of a file through a buffer of preads. With full=false only the
+// 61-byte header of each batch is returned (large batches are skipped without reading them).
+type batchReader struct {
+	f      File
+	pos    int64 // position of the next batch
+	end    int64
+	buf    []byte
+	bufPos int64 // file position of buf[0]
+}
+
+const readChunk = 1 << 20
+
+// ensure makes buf cover [r.pos, r.pos+n) (n <= end-pos is checked by the caller).
+func (r *batchReader) ensure(n int64) error {
+	if r.pos >= r.bufPos && r.pos+n <= r.bufPos+int64(len(r.buf)) {
+		return nil
+	}
+	size := max(int64(readChunk), n)
+	if size > r.end-r.pos {
+		size = r.end - r.pos
+	}
+	if int64(cap(r.buf)) < size {
+		r.buf = make([]byte, size)
+	}
+	r.buf = r.buf[:size]
+	m, err := r.f.ReadAt(r.buf, r.pos)
+	if err != nil && !(err == io.EOF && int64(m) >= n) {
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	r.buf = r.buf[:m]
+	r.bufPos = r.pos
+	return nil
+}
+
+func (r *batchReader) next(full bool) (codec.Batch, int, error) {
+	if r.pos >= r.end {
+		return nil, batchEOF, nil
+	}
+	if r.end-r.pos < codec.BatchHeaderSize {
+		return nil, batchTorn, nil
+	}
+	if err := r.ensure(codec.BatchHeaderSize); err != nil {
+		return nil, batchTorn, err
+	}
+	off := r.pos - r.bufPos
+	total := int64(int32(binary.BigEndian.Uint32(r.buf[off+8:]))) + codec.LogOverhead
+	if total < codec.BatchHeaderSize {
+		return nil, batchBad, nil
+	}
+	if r.pos+total > r.end {
+		return nil, batchTorn, nil
+	}
+	var b codec.Batch
+	if full {
+		if err := r.ensure(total); err != nil {
+			return nil, batchTorn, err
+		}
+		off = r.pos - r.bufPos
+		b = codec.Batch(r.buf[off : off+total])
+	} else {
+		b = codec.Batch(r.buf[off : off+codec.BatchHeaderSize])
+	}
+	r.pos += total
+	return b, batchOK, nil
+}
