@@ -94,5 +94,6 @@ const (
 	CodeInconsistentClusterID           int16 = 104
 	CodeTransactionalIDNotFound         int16 = 105
 	CodeFetchSessionTopicIDError        int16 = 106
+	CodeUnsupportedEndpointType         int16 = 115
 	CodeTransactionAbortable            int16 = 120
 )

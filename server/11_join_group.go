@@ -20,6 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/group"
 )
 
 func init() { register(kmsg.JoinGroup, 0, 9, handleJoinGroup) }
@@ -93,3 +95,14 @@ const (
 	aclOpDelete   = 6
 	aclOpDescribe = 8
 )
+
+// GroupConfig maps the broker's group.* settings onto the coordinator's configuration (cmd and
+// tests wire the coordinator with it).
+func GroupConfig(cfg configs.Config) group.Config {
+	return group.Config{
+		InitialRebalanceDelay: cfg.GroupInitialRebalanceDelay,
+		MinSessionTimeout:     cfg.GroupMinSessionTimeout,
+		MaxSessionTimeout:     cfg.GroupMaxSessionTimeout,
+		MaxSize:               cfg.GroupMaxSize,
+	}
+}

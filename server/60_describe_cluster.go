@@ -48,7 +48,7 @@ func handleDescribeCluster(rc *reqCtx) (kmsg.Response, error) {
 		resp.EndpointType = req.EndpointType
 		if req.EndpointType != 1 && req.EndpointType != 2 {
 			msg := fmt.Sprintf("Unknown endpoint type %d; 1 = brokers, 2 = controllers.", req.EndpointType)
-			resp.ErrorCode, resp.ErrorMessage = codec.CodeInvalidRequest, &msg
+			resp.ErrorCode, resp.ErrorMessage = codec.CodeUnsupportedEndpointType, &msg
 			return resp, nil
 		}
 	}

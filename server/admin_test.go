@@ -602,7 +602,7 @@ func TestAdminDescribeCluster(t *testing.T) {
 	req := kmsg.NewPtrDescribeClusterRequest()
 	req.Version = 1
 	req.EndpointType = 9
-	if resp := e.rawRequest(t, req).(*kmsg.DescribeClusterResponse); resp.ErrorCode != kerr.InvalidRequest.Code {
+	if resp := e.rawRequest(t, req).(*kmsg.DescribeClusterResponse); resp.ErrorCode != kerr.UnsupportedEndpointType.Code {
 		t.Errorf("endpoint type 9: %+v", resp)
 	}
 }

@@ -19,6 +19,8 @@ type testBroker struct {
 	store *storage.Store
 	srv   *Server
 	log   *zap.Logger
+
+	closeGroups func() // issue 3: group coordinator, then its offset store
 }
 
 // newTestBroker starts storage + server on 127.0.0.1:0 in a temp dir and registers cleanup.
@@ -46,20 +48,20 @@ func startTestBroker(t *testing.T, cfg configs.Config) *testBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := storage.DefaultTopicConfig()
-	d.TimestampType = cfg.LogTimestampType
-	store, err := storage.Open(storage.Config{Dir: cfg.DataDir, Defaults: d, Logger: log})
+	store, err := storage.Open(storage.Config{Dir: cfg.DataDir, Defaults: TopicDefaults(cfg), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	deps := Deps{Store: store, PIDs: pids}
 	// --- group coordinator wiring (issue 3) ---
+	closeGroups := wireGroups(t, cfg, log, &deps)
+	// --- end group coordinator wiring ---
 	srv := New(cfg, log, deps, "test-cluster-id")
 	if err := srv.Start(); err != nil {
 		store.Close()
 		t.Fatal(err)
 	}
-	return &testBroker{cfg: cfg, store: store, srv: srv, log: log}
+	return &testBroker{cfg: cfg, store: store, srv: srv, log: log, closeGroups: closeGroups}
 }
 
 func (tb *testBroker) stop(t *testing.T) {
@@ -67,6 +69,9 @@ func (tb *testBroker) stop(t *testing.T) {
 	defer cancel()
 	if err := tb.srv.Close(ctx); err != nil {
 		t.Errorf("server close: %v", err)
+	}
+	if tb.closeGroups != nil { // issue 3
+		tb.closeGroups()
 	}
 	if err := tb.store.Close(); err != nil {
 		t.Errorf("store close: %v", err)

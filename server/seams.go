@@ -1,5 +1,10 @@
 package server
 
+import (
+	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/storage"
+)
+
 // Ownership answers which broker coordinates a group or transactional.id and which leads a
 // partition. Today one broker owns everything; cluster mode on a shared volume (coordinator hash
 // routing with alive fallback, assignment-driven partition leadership) plugs in here.
@@ -57,3 +62,19 @@ func (rc *reqCtx) authorized(op Operation, rt ResourceType, name string) bool {
 
 // principal is the authenticated identity of the connection (ANONYMOUS until SASL exists).
 func (c *conn) principal() string { return "User:ANONYMOUS" }
+
+// TopicDefaults maps the broker-level log.* defaults onto topic configs.
+func TopicDefaults(cfg configs.Config) storage.TopicConfig {
+	d := storage.DefaultTopicConfig()
+	d.RetentionMs = cfg.LogRetentionMs
+	d.RetentionBytes = cfg.LogRetentionBytes
+	d.SegmentBytes = cfg.LogSegmentBytes
+	d.SegmentMs = cfg.LogRollMs
+	d.MaxMessageBytes = cfg.MessageMaxBytes
+	d.FlushMessages = cfg.LogFlushIntervalMsgs
+	d.FlushMs = cfg.LogFlushIntervalMs
+	d.TimestampType = cfg.LogTimestampType
+	d.TimestampBeforeMaxMs = cfg.LogTimestampBeforeMax
+	d.TimestampAfterMaxMs = cfg.LogTimestampAfterMax
+	return d
+}

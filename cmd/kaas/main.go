@@ -98,7 +98,7 @@ func startBroker(cfg configs.Config, log *zap.Logger) (*broker, error) {
 	}
 	store, err := storage.Open(storage.Config{
 		Dir:                    cfg.DataDir,
-		Defaults:               topicDefaults(cfg),
+		Defaults:               server.TopicDefaults(cfg),
 		RetentionCheckInterval: cfg.RetentionCheckInterval,
 		Logger:                 log.Named("storage"),
 	})
@@ -124,22 +124,6 @@ func (b *broker) close(log *zap.Logger) {
 	if err := b.store.Close(); err != nil {
 		log.Warn("storage close", zap.Error(err))
 	}
-}
-
-// topicDefaults maps the broker-level log.* defaults onto topic configs.
-func topicDefaults(cfg configs.Config) storage.TopicConfig {
-	d := storage.DefaultTopicConfig()
-	d.RetentionMs = cfg.LogRetentionMs
-	d.RetentionBytes = cfg.LogRetentionBytes
-	d.SegmentBytes = cfg.LogSegmentBytes
-	d.SegmentMs = cfg.LogRollMs
-	d.MaxMessageBytes = cfg.MessageMaxBytes
-	d.FlushMessages = cfg.LogFlushIntervalMsgs
-	d.FlushMs = cfg.LogFlushIntervalMs
-	d.TimestampType = cfg.LogTimestampType
-	d.TimestampBeforeMaxMs = cfg.LogTimestampBeforeMax
-	d.TimestampAfterMaxMs = cfg.LogTimestampAfterMax
-	return d
 }
 
 // loadOrCreateClusterID keeps the cluster id (a base64url UUID, as Kafka prints them) stable

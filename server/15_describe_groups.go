@@ -1,0 +1,62 @@
+package server
+
+// DescribeGroups: v0-5
+//
+// Behavior:
+//   - Per group: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED), ownership (NOT_COORDINATOR),
+//     then the coordinator, which answers from the group's own goroutine (deferred reply, fan-in).
+//   - A group that only has committed offsets (for example after a restart, before anyone
+//     rejoined) is Empty; an unknown group is Dead with no error (Apache, v0-5). Member metadata
+//     and assignments are filled only when Stable; client_id and client_host are the member's.
+//   - v3+ include_authorized_operations: the bitfield of READ, DELETE, DESCRIBE the principal holds
+//     on the group (Kafka AclOperation codes); otherwise INT32_MIN.
+//
+// Version notes:
+//   - v3: authorized operations; v4: group_instance_id; v5: flexible.
+
+import (
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+func init() { register(kmsg.DescribeGroups, 0, 5, handleDescribeGroups) }
+
+func handleDescribeGroups(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.DescribeGroupsRequest)
+	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+	groups := append([]string(nil), req.Groups...)
+	withOps := req.Version >= 3 && req.IncludeAuthorizedOperations
+	resp.Groups = make([]kmsg.DescribeGroupsResponseGroup, len(groups))
+	rc.deferReply()
+	f := newFanIn(len(groups), func() { rc.reply(resp) })
+	for i, id := range groups {
+		ops := int32(math.MinInt32)
+		if withOps {
+			ops = 0
+			for _, o := range []struct {
+				op  Operation
+				bit int
+			}{{OpRead, aclOpRead}, {OpDelete, aclOpDelete}, {OpDescribe, aclOpDescribe}} {
+				if rc.authorized(o.op, ResGroup, id) {
+					ops |= 1 << o.bit
+				}
+			}
+		}
+		if code := rc.groupGate(OpDescribe, id); code != codec.CodeNone {
+			d := kmsg.NewDescribeGroupsResponseGroup()
+			d.Group, d.ErrorCode, d.AuthorizedOperations = id, code, ops
+			resp.Groups[i] = d
+			f.finish()
+			continue
+		}
+		rc.s.deps.Groups.DescribeGroup(id, func(d kmsg.DescribeGroupsResponseGroup) {
+			d.AuthorizedOperations = ops
+			resp.Groups[i] = d
+			f.finish()
+		})
+	}
+	return nil, nil
+}
