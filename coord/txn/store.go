@@ -1,0 +1,205 @@
+package txn
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// NumSlots is the number of slot files, Apache's transaction.state.log.num.partitions default.
+// It is part of the on-disk format: changing it makes existing entries unreachable.
+const NumSlots = 50
+
+// slotFileVersion is the only document version this code reads and writes.
+const slotFileVersion = 1
+
+// StateDir is the directory of the slot files under the cluster dir.
+const StateDir = "txn_state"
+
+// fnv1a32 is FNV-1a over the UTF-8 bytes of s (offset basis 2166136261, prime 16777619).
+func fnv1a32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// SlotFor is the slot of a transactional.id: fnv1a32(id) % 50.
+func SlotFor(tid string) int { return int(fnv1a32(tid) % NumSlots) }
+
+// SlotFileName is slot-N.json.
+func SlotFileName(slot int) string { return "slot-" + strconv.Itoa(slot) + ".json" }
+
+// slotDoc is the persisted form of one slot. See README.md for the field-by-field layout.
+type slotDoc struct {
+	Version          int               `json:"version"`
+	CoordinatorEpoch int32             `json:"coordinatorEpoch"`
+	Entries          map[string]*Entry `json:"entries"`
+}
+
+// FileSystem is the seam the slot store writes through, so tests can inject failures and count
+// writes. The default is the OS file system with fsync.
+type FileSystem interface {
+	// WriteTemp creates (truncating) path, writes data and fsyncs it before closing.
+	WriteTemp(path string, data []byte) error
+	Rename(from, to string) error
+	// SyncDir fsyncs a directory so renames inside it survive a crash.
+	SyncDir(dir string) error
+}
+
+// OSFileSystem is the production FileSystem.
+type OSFileSystem struct{}
+
+// WriteTemp implements FileSystem.
+func (OSFileSystem) WriteTemp(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Rename implements FileSystem.
+func (OSFileSystem) Rename(from, to string) error { return os.Rename(from, to) }
+
+// SyncDir implements FileSystem.
+func (OSFileSystem) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// encodeSlot appends the JSON document of a slot to buf (reset first). encoding/json sorts map
+// keys, so the same state always encodes to the same bytes.
+func encodeSlot(buf *bytes.Buffer, coordEpoch int32, entries map[string]*Entry) error {
+	buf.Reset()
+	enc := json.NewEncoder(buf)
+	return enc.Encode(slotDoc{Version: slotFileVersion, CoordinatorEpoch: coordEpoch, Entries: entries})
+}
+
+// loadedSlot is one slot read from disk.
+type loadedSlot struct {
+	exists           bool
+	coordinatorEpoch int32
+	entries          map[string]*Entry
+}
+
+// readSlot reads and validates dir/slot-N.json. A missing file is an empty slot. Anything else
+// that is not a valid version-1 document (garbage, unknown version, unknown state, an entry that
+// hashes to another slot, a key that disagrees with its entry) is an error naming the file: the
+// coordinator must not start on state it cannot read, and must never silently drop entries.
+// Leftover *.tmp files of interrupted writes are never read.
+func readSlot(dir string, slot int) (loadedSlot, error) {
+	path := filepath.Join(dir, SlotFileName(slot))
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return loadedSlot{entries: map[string]*Entry{}}, nil
+	}
+	if err != nil {
+		return loadedSlot{}, fmt.Errorf("cannot read transaction slot file %s: %w", path, err)
+	}
+	var head struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return loadedSlot{}, fmt.Errorf("cannot parse transaction slot file %s: %w", path, err)
+	}
+	if head.Version == nil || *head.Version != slotFileVersion {
+		v := "missing"
+		if head.Version != nil {
+			v = strconv.Itoa(*head.Version)
+		}
+		return loadedSlot{}, fmt.Errorf("cannot load transaction slot file %s: unsupported version %s (want %d)", path, v, slotFileVersion)
+	}
+	var doc slotDoc
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return loadedSlot{}, fmt.Errorf("cannot parse transaction slot file %s: %w", path, err)
+	}
+	if doc.Entries == nil {
+		doc.Entries = map[string]*Entry{}
+	}
+	for tid, e := range doc.Entries {
+		switch {
+		case e == nil:
+			err = fmt.Errorf("entry %q is null", tid)
+		case e.TransactionalID != tid:
+			err = fmt.Errorf("entry key %q holds transactionalId %q", tid, e.TransactionalID)
+		case SlotFor(tid) != slot:
+			err = fmt.Errorf("entry %q belongs to slot %d", tid, SlotFor(tid))
+		case e.State == PrepareEpochFence || e.State < Empty || e.State > Dead:
+			err = fmt.Errorf("entry %q has non-persistable state %s", tid, e.State)
+		case e.TxnVersion != 1 && e.TxnVersion != 2:
+			err = fmt.Errorf("entry %q has transaction version %d", tid, e.TxnVersion)
+		}
+		if err != nil {
+			return loadedSlot{}, fmt.Errorf("cannot load transaction slot file %s: %w", path, err)
+		}
+	}
+	return loadedSlot{exists: true, coordinatorEpoch: doc.CoordinatorEpoch, entries: doc.Entries}, nil
+}
+
+// writeSlotFiles durably replaces the given slot files: every tmp file is written and fsynced
+// (concurrently: they are distinct files with one writer each), then renamed, then the directory
+// is fsynced once for all of them. errs[i] reports slot i's outcome; a directory fsync failure
+// fails every slot renamed in this call.
+func writeSlotFiles(fsys FileSystem, dir string, slots []int, data [][]byte) []error {
+	errs := make([]error, len(slots))
+	tmp := func(i int) string { return filepath.Join(dir, SlotFileName(slots[i])+".tmp") }
+	if len(slots) == 1 {
+		errs[0] = fsys.WriteTemp(tmp(0), data[0])
+	} else {
+		done := make(chan struct{}, len(slots))
+		for i := range slots {
+			go func(i int) {
+				errs[i] = fsys.WriteTemp(tmp(i), data[i])
+				done <- struct{}{}
+			}(i)
+		}
+		for range slots {
+			<-done
+		}
+	}
+	renamed := 0
+	for i := range slots {
+		if errs[i] == nil {
+			errs[i] = fsys.Rename(tmp(i), filepath.Join(dir, SlotFileName(slots[i])))
+		}
+		if errs[i] != nil {
+			_ = os.Remove(tmp(i))
+			errs[i] = fmt.Errorf("cannot write transaction slot file %s: %w", filepath.Join(dir, SlotFileName(slots[i])), errs[i])
+			continue
+		}
+		renamed++
+	}
+	if renamed > 0 {
+		if err := fsys.SyncDir(dir); err != nil {
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = fmt.Errorf("cannot sync transaction state dir %s: %w", dir, err)
+				}
+			}
+		}
+	}
+	return errs
+}

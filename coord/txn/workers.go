@@ -1,0 +1,771 @@
+package txn
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+// Package-level metrics (full Prometheus names, registered once).
+var (
+	openTxns          atomic.Int64 // Ongoing + Prepare* entries across running coordinators
+	oldestOpenStartMs atomic.Int64 // TxnStartMs of the oldest open transaction at the last reaper tick, 0 if none
+
+	slotWriteDuration = metrics.NewHistogram("kaas_txn_slot_write_duration_seconds")
+	slotWritesTotal   = metrics.NewCounter("kaas_txn_slot_writes_total")
+	endTxnDuration    = metrics.NewHistogram("kaas_txn_end_duration_seconds")
+	_                 = metrics.NewGauge("kaas_txn_open_transactions", func() float64 { return float64(openTxns.Load()) })
+	_                 = metrics.NewGauge("kaas_txn_oldest_open_age_seconds", func() float64 {
+		start := oldestOpenStartMs.Load()
+		if start == 0 {
+			return 0
+		}
+		return float64(time.Now().UnixMilli()-start) / 1000
+	})
+)
+
+// ObserveEndTxn records the client-visible duration of one EndTxn (request to answer) in
+// kaas_txn_end_duration_seconds. The EndTxn handler calls it.
+func ObserveEndTxn(d time.Duration) { endTxnDuration.Update(d.Seconds()) }
+
+var (
+	// ErrNotCoordinator: this broker does not own the transactional.id's slot (answer
+	// NOT_COORDINATOR, 16).
+	ErrNotCoordinator = errors.New("transaction coordinator does not own this transactional.id")
+	// ErrClosed: the coordinator is not running (answer COORDINATOR_NOT_AVAILABLE, 15).
+	ErrClosed = errors.New("transaction coordinator is not running")
+)
+
+// ErrorCode maps an operation's Go error to the Kafka error code the handler answers with: a
+// slot write failure or a stopped coordinator is the retriable COORDINATOR_NOT_AVAILABLE.
+func ErrorCode(err error) int16 {
+	switch {
+	case err == nil:
+		return codec.CodeNone
+	case errors.Is(err, ErrNotCoordinator):
+		return codec.CodeNotCoordinator
+	default:
+		return codec.CodeCoordinatorNotAvailable
+	}
+}
+
+// Config configures a Coordinator.
+type Config struct {
+	// ClusterDir holds txn_state/slot-N.json.
+	ClusterDir string
+	// Workers is the number of worker goroutines (default 5). Worker w owns every slot with
+	// slot % Workers == w, and is the only writer of those slot files.
+	Workers int
+	// MaxTimeoutMs is transaction.max.timeout.ms (default 900000).
+	MaxTimeoutMs int32
+	// ReaperInterval is transaction.abort.timed.out.transaction.cleanup.interval.ms (default 10 s).
+	ReaperInterval time.Duration
+	// AllocPID allocates producer ids (required).
+	AllocPID AllocPID
+	// OwnsSlot reports whether this broker coordinates a slot (nil: every slot, single broker).
+	// The unit of ownership is the slot, never the transactional.id: routing ids to brokers by a
+	// hash different from the slot hash let two brokers rewrite the same slot file in the
+	// reference system (C-A). Cluster mode must route FindCoordinator by slot as well (Apache's
+	// partitionFor).
+	OwnsSlot func(slot int) bool
+	// OnAction receives the follow-up work of coordinator-initiated transitions: reaper aborts
+	// (fence + abort markers) and re-drives of prepared transactions whose earlier dispatch failed.
+	// Called on a worker goroutine after the change is durable; it must not block.
+	OnAction func(Action)
+	Logger   *zap.Logger
+	// Now is the clock (default time.Now); tests inject a fake.
+	Now func() time.Time
+	// FS is the slot-file writer (default OSFileSystem); tests inject failures.
+	FS FileSystem
+}
+
+// Coordinator is the transaction coordinator core: slots in memory, one worker per shard, group
+// commit of slot writes, a reaper. All methods are safe for concurrent use and never block the
+// caller: results arrive through the done callback, on a worker goroutine, only after every
+// state change they depend on is durable. Callbacks must not block (hand the response off).
+type Coordinator struct {
+	cfg     Config
+	dir     string
+	log     *zap.Logger
+	workers []*worker
+
+	running    atomic.Bool
+	stopReaper chan struct{}
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
+}
+
+type slotState struct {
+	epoch   int32
+	entries map[string]*Entry
+	buf     bytes.Buffer
+}
+
+// op is one queued operation. Exactly one of apply/sweep/list is set.
+type op struct {
+	tid  string
+	slot int
+	// apply runs against the slot's in-memory state in queue order; it returns the next entry
+	// (the same pointer when nothing changed) and the result handed to done.
+	apply func(e *Entry, now time.Time) (*Entry, any)
+	// afterFlush ops (releasing a pending flag) run after the batch's writes so a rollback of
+	// another op in the same slot cannot undo them; they must not change persisted fields.
+	afterFlush bool
+	sweep      bool
+	list       *ListFilter
+	done       func(any, error)
+}
+
+type undoRec struct {
+	slot int
+	tid  string
+	prev *Entry
+}
+
+type slotAction struct {
+	slot int
+	act  Action
+}
+
+type worker struct {
+	c  *Coordinator
+	id int
+
+	mu     sync.Mutex
+	queue  []*op
+	closed bool
+	wake   chan struct{}
+	quit   chan struct{}
+	exited chan struct{}
+
+	// Owned by the worker goroutine.
+	slots    map[int]*slotState
+	spare    []*op
+	results  []any
+	undo     []undoRec
+	undoSeen map[string]struct{}
+	dirty    [NumSlots]bool
+	failed   [NumSlots]error
+	acts     []slotAction
+	open     int64
+	oldest   atomic.Int64
+}
+
+// New validates the config. Call Start to load the slots and start the workers.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.ClusterDir == "" {
+		return nil, errors.New("cannot create transaction coordinator: ClusterDir is empty")
+	}
+	if cfg.AllocPID == nil {
+		return nil, errors.New("cannot create transaction coordinator: AllocPID is nil")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 5
+	}
+	if cfg.Workers > NumSlots {
+		cfg.Workers = NumSlots
+	}
+	if cfg.MaxTimeoutMs <= 0 {
+		cfg.MaxTimeoutMs = DefaultMaxTimeoutMs
+	}
+	if cfg.ReaperInterval <= 0 {
+		cfg.ReaperInterval = 10 * time.Second
+	}
+	if cfg.OwnsSlot == nil {
+		cfg.OwnsSlot = func(int) bool { return true }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.FS == nil {
+		cfg.FS = OSFileSystem{}
+	}
+	c := &Coordinator{cfg: cfg, dir: filepath.Join(cfg.ClusterDir, StateDir), log: cfg.Logger, stopReaper: make(chan struct{})}
+	for i := 0; i < cfg.Workers; i++ {
+		c.workers = append(c.workers, &worker{c: c, id: i, wake: make(chan struct{}, 1), quit: make(chan struct{}),
+			exited: make(chan struct{}), slots: map[int]*slotState{}, undoSeen: map[string]struct{}{}})
+	}
+	return c, nil
+}
+
+// Owns reports whether this coordinator owns tid's slot.
+func (c *Coordinator) Owns(tid string) bool { return c.cfg.OwnsSlot(SlotFor(tid)) }
+
+func (c *Coordinator) workerFor(slot int) *worker { return c.workers[slot%len(c.workers)] }
+
+// Start loads every owned slot file, bumps and persists each slot's coordinator epoch (markers
+// of this incarnation then outrank the previous one's), starts the workers and the reaper, and
+// returns the follow-up of every prepared transaction found (Fence to its current epoch +
+// Markers): the caller's reconcile pass writes them and submits Complete. A slot file that cannot
+// be read or parsed, or has an unknown version, stops the start with an error naming it.
+func (c *Coordinator) Start() ([]Action, error) {
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create transaction state dir %s: %w", c.dir, err)
+	}
+	var (
+		acts      []Action
+		toWrite   []int
+		data      [][]byte
+		openCount = make([]int64, len(c.workers))
+	)
+	for slot := 0; slot < NumSlots; slot++ {
+		if !c.cfg.OwnsSlot(slot) {
+			continue
+		}
+		ls, err := readSlot(c.dir, slot)
+		if err != nil {
+			return nil, err
+		}
+		ss := &slotState{epoch: ls.coordinatorEpoch + 1, entries: ls.entries}
+		for _, e := range ss.entries {
+			e.CoordinatorEpoch = ss.epoch
+			if e.State.IsOpen() {
+				openCount[slot%len(c.workers)]++
+			}
+			if e.State.IsPrepare() {
+				e.pending = true
+				acts = append(acts, Action{
+					TransactionalID: e.TransactionalID,
+					Fence:           &Fence{ProducerID: e.ProducerID, OldEpoch: NoProducerEpoch, NewEpoch: e.ProducerEpoch},
+					Markers:         markersFor(e, e.State == PrepareCommit),
+				})
+			}
+		}
+		if ls.exists {
+			if err := encodeSlot(&ss.buf, ss.epoch, ss.entries); err != nil {
+				return nil, fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
+			}
+			toWrite, data = append(toWrite, slot), append(data, ss.buf.Bytes())
+		}
+		c.workerFor(slot).slots[slot] = ss
+	}
+	if len(toWrite) > 0 {
+		for _, err := range writeSlotFiles(c.cfg.FS, c.dir, toWrite, data) {
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i, w := range c.workers {
+		w.open = openCount[i]
+		openTxns.Add(openCount[i])
+	}
+	c.running.Store(true)
+	for _, w := range c.workers {
+		go w.run()
+	}
+	c.wg.Add(1)
+	go c.reaperLoop()
+	c.log.Info("transaction coordinator started", zap.String("dir", c.dir), zap.Int("workers", len(c.workers)),
+		zap.Int("preparedTransactions", len(acts)))
+	return acts, nil
+}
+
+// Close stops the reaper, lets every worker finish the operations already queued, and waits.
+// Operations submitted afterwards fail with ErrClosed.
+func (c *Coordinator) Close() {
+	c.closeOnce.Do(func() {
+		wasRunning := c.running.Swap(false)
+		close(c.stopReaper)
+		c.wg.Wait()
+		for _, w := range c.workers {
+			w.mu.Lock()
+			w.closed = true
+			w.mu.Unlock()
+			close(w.quit)
+		}
+		if wasRunning {
+			for _, w := range c.workers {
+				<-w.exited
+				openTxns.Add(-w.open)
+			}
+		}
+	})
+}
+
+// Submit queues a custom operation on tid's worker. op runs with the entry (nil if unknown) and
+// returns the next entry (the same pointer for no change; a new value otherwise, never a mutated
+// input) and a result; done receives the result once every slot write of the batch it ran in is
+// durable, or an error (ErrorCode maps it) if tid's slot write failed, the slot is not owned or
+// the coordinator is closed. done runs on the worker goroutine and must not block.
+func (c *Coordinator) Submit(tid string, apply func(e *Entry, now time.Time) (next *Entry, result any), done func(result any, err error)) {
+	c.enqueue(&op{tid: tid, slot: SlotFor(tid), apply: apply, done: done})
+}
+
+func (c *Coordinator) enqueue(o *op) {
+	w := c.workerFor(o.slot)
+	w.mu.Lock()
+	if w.closed || !c.running.Load() {
+		w.mu.Unlock()
+		if o.done != nil {
+			o.done(nil, ErrClosed)
+		}
+		return
+	}
+	w.queue = append(w.queue, o)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// submitTyped wraps a typed transition for the queue without exposing any to callers.
+func submitTyped[R any](c *Coordinator, tid string, apply func(*Entry, time.Time) (*Entry, R), done func(R, error)) {
+	var o op
+	o.tid, o.slot = tid, SlotFor(tid)
+	o.apply = func(e *Entry, now time.Time) (*Entry, any) { return apply(e, now) }
+	if done != nil {
+		o.done = func(r any, err error) {
+			if err != nil {
+				var zero R
+				done(zero, err)
+				return
+			}
+			done(r.(R), nil)
+		}
+	}
+	c.enqueue(&o)
+}
+
+// InitProducerID runs the transactional InitProducerId. MaxTimeoutMs defaults to the config.
+func (c *Coordinator) InitProducerID(p InitProducerIDParams, done func(InitProducerIDResult, error)) {
+	if p.MaxTimeoutMs <= 0 {
+		p.MaxTimeoutMs = c.cfg.MaxTimeoutMs
+	}
+	submitTyped(c, p.TransactionalID, func(e *Entry, now time.Time) (*Entry, InitProducerIDResult) {
+		return InitProducerID(e, p, now, c.cfg.AllocPID)
+	}, done)
+}
+
+// AddPartitions runs AddPartitionsToTxn v0-3 or (p.Implicit) the TV2 implicit add.
+func (c *Coordinator) AddPartitions(p AddPartitionsParams, done func(AddPartitionsResult, error)) {
+	submitTyped(c, p.TransactionalID, func(e *Entry, now time.Time) (*Entry, AddPartitionsResult) {
+		return AddPartitions(e, p, now)
+	}, done)
+}
+
+// Verify runs KIP-890 part-1 verification (read-only; still ordered after earlier operations).
+func (c *Coordinator) Verify(p VerifyParams, done func(VerifyResult, error)) {
+	submitTyped(c, p.TransactionalID, func(e *Entry, _ time.Time) (*Entry, VerifyResult) {
+		return e, Verify(e, p)
+	}, done)
+}
+
+// AddOffsets runs AddOffsetsToTxn or (p.Implicit) the TxnOffsetCommit v5 group add.
+func (c *Coordinator) AddOffsets(p AddOffsetsParams, done func(AddOffsetsResult, error)) {
+	submitTyped(c, p.TransactionalID, func(e *Entry, now time.Time) (*Entry, AddOffsetsResult) {
+		return AddOffsets(e, p, now)
+	}, done)
+}
+
+// EndTxn runs EndTxn. On success with an Action the prepare is durable: answer the client (Apache
+// answers after the prepare is logged), then fence, write the markers and submit Complete — or
+// MarkersFailed if the dispatch gives up.
+func (c *Coordinator) EndTxn(p EndTxnParams, done func(EndTxnResult, error)) {
+	submitTyped(c, p.TransactionalID, func(e *Entry, now time.Time) (*Entry, EndTxnResult) {
+		return EndTxn(e, p, now, c.cfg.AllocPID)
+	}, done)
+}
+
+// Complete records that every marker of a prepared transaction is durable. The result's Groups
+// must have their staged offsets committed (Commit) or discarded.
+func (c *Coordinator) Complete(p CompleteParams, done func(CompleteResult, error)) {
+	submitTyped(c, p.TransactionalID, func(e *Entry, now time.Time) (*Entry, CompleteResult) {
+		return Complete(e, p, now)
+	}, done)
+}
+
+// MarkersFailed releases the in-flight flag of a prepared transaction whose marker dispatch gave
+// up, so a retried EndTxn or the next reaper tick hands the markers out again. done may be nil.
+func (c *Coordinator) MarkersFailed(m *Markers, done func(error)) {
+	o := &op{tid: m.TransactionalID, slot: SlotFor(m.TransactionalID), afterFlush: true}
+	o.apply = func(e *Entry, _ time.Time) (*Entry, any) {
+		if e == nil || !e.pending || !e.State.IsPrepare() || e.ProducerID != m.ProducerID || e.ProducerEpoch != m.ProducerEpoch {
+			return e, nil
+		}
+		next := e.clone()
+		next.pending = false
+		return next, nil
+	}
+	if done != nil {
+		o.done = func(_ any, err error) { done(err) }
+	}
+	c.enqueue(o)
+}
+
+// Describe answers DescribeTransactions for one transactional.id.
+func (c *Coordinator) Describe(tid string, done func(DescribeResult, error)) {
+	submitTyped(c, tid, func(e *Entry, _ time.Time) (*Entry, DescribeResult) {
+		return e, Describe(tid, e)
+	}, done)
+}
+
+// List answers ListTransactions over every owned slot. Unknown state filters are reported, as
+// Apache does, and match nothing.
+func (c *Coordinator) List(f ListFilter, done func(txns []ListedTxn, unknownStates []string, err error)) {
+	var (
+		mu      sync.Mutex
+		all     []ListedTxn
+		firstEr error
+		left    = len(c.workers)
+	)
+	unknown := f.UnknownStates()
+	for _, w := range c.workers {
+		o := &op{slot: w.id, list: &f}
+		o.done = func(r any, err error) {
+			mu.Lock()
+			if err != nil && firstEr == nil {
+				firstEr = err
+			}
+			if l, ok := r.([]ListedTxn); ok {
+				all = append(all, l...)
+			}
+			left--
+			last := left == 0
+			mu.Unlock()
+			if last && done != nil {
+				sort.Slice(all, func(i, j int) bool { return all[i].TransactionalID < all[j].TransactionalID })
+				done(all, unknown, firstEr)
+			}
+		}
+		c.enqueue(o)
+	}
+}
+
+// ReapNow runs one reaper pass on every worker now (the ticker does the same every
+// ReaperInterval); done, if set, gets the number of actions handed to OnAction.
+func (c *Coordinator) ReapNow(done func(actions int)) {
+	var left, total atomic.Int64
+	left.Store(int64(len(c.workers)))
+	for _, w := range c.workers {
+		c.enqueue(&op{slot: w.id, sweep: true, done: func(r any, _ error) {
+			n, _ := r.(int)
+			total.Add(int64(n))
+			if left.Add(-1) == 0 {
+				c.publishOldest()
+				if done != nil {
+					done(int(total.Load()))
+				}
+			}
+		}})
+	}
+}
+
+func (c *Coordinator) publishOldest() {
+	var oldest int64
+	for _, w := range c.workers {
+		if o := w.oldest.Load(); o != 0 && (oldest == 0 || o < oldest) {
+			oldest = o
+		}
+	}
+	oldestOpenStartMs.Store(oldest)
+}
+
+func (c *Coordinator) reaperLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.ReaperInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.ReapNow(nil)
+		case <-c.stopReaper:
+			return
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// worker
+
+func (w *worker) run() {
+	defer close(w.exited)
+	for {
+		select {
+		case <-w.wake:
+		case <-w.quit:
+			// Drain what was queued before Close; nothing can be added any more.
+			for {
+				w.mu.Lock()
+				batch := w.queue
+				w.queue = nil
+				w.mu.Unlock()
+				if len(batch) == 0 {
+					return
+				}
+				w.processAll(batch)
+			}
+		}
+		w.mu.Lock()
+		batch := w.queue
+		w.queue = w.spare[:0]
+		w.mu.Unlock()
+		if len(batch) > 0 {
+			w.processAll(batch)
+		}
+		clear(batch)
+		w.spare = batch[:0]
+	}
+}
+
+// processAll cuts the queue after every after-flush op, so an op submitted after MarkersFailed
+// always sees the released flag (queue order is the order every op observes).
+func (w *worker) processAll(batch []*op) {
+	for len(batch) > 0 {
+		n := len(batch)
+		for i, o := range batch {
+			if o.afterFlush {
+				n = i + 1
+				break
+			}
+		}
+		w.process(batch[:n])
+		batch = batch[n:]
+	}
+}
+
+// process is the group commit: apply every op of the batch in order against the in-memory
+// state (later ops see earlier ops' effects), write each dirty slot once, roll back the slots
+// whose write failed, and only then run the callbacks.
+func (w *worker) process(batch []*op) {
+	c := w.c
+	now := c.cfg.Now()
+	if cap(w.results) < len(batch) {
+		w.results = make([]any, len(batch))
+	}
+	results := w.results[:len(batch)]
+	w.undo = w.undo[:0]
+	clear(w.undoSeen)
+	w.acts = w.acts[:0]
+	sweepActs := make([]int, len(batch)) // index into w.acts end for sweep ops; 0 otherwise
+
+	for i, o := range batch {
+		switch {
+		case o.afterFlush:
+			continue
+		case o.sweep:
+			before := len(w.acts)
+			w.sweep(now)
+			sweepActs[i] = len(w.acts) - before
+		case o.list != nil:
+			results[i] = w.list(*o.list, now)
+		default:
+			ss := w.slots[o.slot]
+			if ss == nil || !c.cfg.OwnsSlot(o.slot) {
+				results[i] = ErrNotCoordinator
+				continue
+			}
+			cur := ss.entries[o.tid]
+			next, res := o.apply(cur, now)
+			w.set(o.slot, ss, o.tid, cur, next)
+			results[i] = res
+		}
+	}
+
+	w.flush()
+
+	for i, o := range batch {
+		if !o.afterFlush {
+			continue
+		}
+		if ss := w.slots[o.slot]; ss != nil {
+			cur := ss.entries[o.tid]
+			next, res := o.apply(cur, now)
+			if next != cur {
+				if !persistedEqual(cur, next) {
+					panic("BUG: after-flush transaction op changed persisted state of " + o.tid)
+				}
+				ss.entries[o.tid] = next
+			}
+			results[i] = res
+		}
+	}
+
+	// Coordinator-initiated follow-ups first, so a marker dispatch is under way before any
+	// client learns of the state it produced.
+	if c.cfg.OnAction != nil {
+		for _, sa := range w.acts {
+			if w.failed[sa.slot] == nil {
+				c.cfg.OnAction(sa.act)
+			}
+		}
+	}
+	for i, o := range batch {
+		res := results[i]
+		results[i] = nil
+		if o.done == nil {
+			continue
+		}
+		switch {
+		case o.sweep:
+			o.done(sweepActs[i], nil)
+		case o.list != nil:
+			o.done(res, nil)
+		case res == ErrNotCoordinator:
+			o.done(nil, ErrNotCoordinator)
+		case w.failed[o.slot] != nil:
+			o.done(nil, w.failed[o.slot])
+		default:
+			o.done(res, nil)
+		}
+	}
+	clear(w.failed[:])
+}
+
+// set installs next for tid, remembering the pre-batch entry for rollback and marking the slot
+// dirty when a persisted field changed.
+func (w *worker) set(slot int, ss *slotState, tid string, cur, next *Entry) {
+	if next == cur {
+		return
+	}
+	if _, seen := w.undoSeen[tid]; !seen {
+		w.undoSeen[tid] = struct{}{}
+		w.undo = append(w.undo, undoRec{slot: slot, tid: tid, prev: cur})
+	}
+	if cur == nil && next != nil {
+		next.CoordinatorEpoch = ss.epoch
+	}
+	w.install(ss, tid, cur, next)
+	if !persistedEqual(cur, next) {
+		w.dirty[slot] = true
+	}
+}
+
+func (w *worker) install(ss *slotState, tid string, cur, next *Entry) {
+	if next == nil {
+		delete(ss.entries, tid)
+	} else {
+		ss.entries[tid] = next
+	}
+	var d int64
+	if cur != nil && cur.State.IsOpen() {
+		d--
+	}
+	if next != nil && next.State.IsOpen() {
+		d++
+	}
+	if d != 0 {
+		w.open += d
+		openTxns.Add(d)
+	}
+}
+
+// flush writes every dirty slot once (tmp + fsync in parallel, renames, one directory fsync) and
+// rolls back the in-memory state of each slot whose write failed to what is on disk.
+func (w *worker) flush() {
+	var slots []int
+	var data [][]byte
+	for slot := range w.dirty {
+		if !w.dirty[slot] {
+			continue
+		}
+		w.dirty[slot] = false
+		ss := w.slots[slot]
+		if err := encodeSlot(&ss.buf, ss.epoch, ss.entries); err != nil {
+			w.failed[slot] = fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
+			continue
+		}
+		slots, data = append(slots, slot), append(data, ss.buf.Bytes())
+	}
+	if len(slots) > 0 {
+		start := time.Now()
+		errs := writeSlotFiles(w.c.cfg.FS, w.c.dir, slots, data)
+		took := time.Since(start).Seconds()
+		for i, slot := range slots {
+			slotWritesTotal.Inc()
+			slotWriteDuration.Update(took)
+			if errs[i] != nil {
+				w.failed[slot] = errs[i]
+			}
+		}
+	}
+	rolledBack := false
+	for i := len(w.undo) - 1; i >= 0; i-- {
+		u := w.undo[i]
+		if w.failed[u.slot] == nil {
+			continue
+		}
+		ss := w.slots[u.slot]
+		w.install(ss, u.tid, ss.entries[u.tid], u.prev)
+		rolledBack = true
+	}
+	if rolledBack {
+		for slot, err := range w.failed {
+			if err != nil {
+				w.c.log.Error("transaction slot write failed; rolled back to the state on disk",
+					zap.Int("slot", slot), zap.Error(err))
+			}
+		}
+	}
+}
+
+// sweep is one reaper pass over the worker's owned slots: abort timed-out transactions (with a
+// fence), re-drive prepared transactions nobody is dispatching (reconcile), warn about hanging
+// ones, and record the oldest open transaction for the age gauge.
+func (w *worker) sweep(now time.Time) {
+	c := w.c
+	var oldest int64
+	for slot, ss := range w.slots {
+		if !c.cfg.OwnsSlot(slot) {
+			continue
+		}
+		for tid, e := range ss.entries {
+			if next, act, ok := ReaperAbort(e, now, c.cfg.AllocPID); ok {
+				w.set(slot, ss, tid, e, next)
+				w.acts = append(w.acts, slotAction{slot: slot, act: act})
+				c.log.Info("aborting timed-out transaction", zap.String("transactionalId", tid),
+					zap.Int64("producerId", e.ProducerID), zap.Int16("fencedEpoch", e.ProducerEpoch),
+					zap.Int16("abortEpoch", next.ProducerEpoch), zap.Int32("timeoutMs", e.TimeoutMs))
+				e = next
+			} else if e.State.IsPrepare() && !e.pending {
+				next := e.clone()
+				next.pending = true
+				w.set(slot, ss, tid, e, next)
+				w.acts = append(w.acts, slotAction{slot: slot, act: Action{TransactionalID: tid,
+					Markers: markersFor(next, e.State == PrepareCommit)}})
+				e = next
+			} else if openFor, hanging := Hanging(e, now); hanging {
+				c.log.Warn("transaction open longer than its timeout", zap.String("transactionalId", tid),
+					zap.Int64("producerId", e.ProducerID), zap.Int16("producerEpoch", e.ProducerEpoch),
+					zap.Stringer("state", e.State), zap.Duration("openFor", openFor),
+					zap.Int32("timeoutMs", e.TimeoutMs))
+			}
+			if e.State.IsOpen() {
+				if s := txnStart(e); s != 0 && (oldest == 0 || s < oldest) {
+					oldest = s
+				}
+			}
+		}
+	}
+	w.oldest.Store(oldest)
+}
+
+func (w *worker) list(f ListFilter, now time.Time) []ListedTxn {
+	var out []ListedTxn
+	for slot, ss := range w.slots {
+		if !w.c.cfg.OwnsSlot(slot) {
+			continue
+		}
+		for tid, e := range ss.entries {
+			if f.Match(e, now) {
+				out = append(out, ListedTxn{TransactionalID: tid, ProducerID: e.ProducerID, State: e.State.String()})
+			}
+		}
+	}
+	return out
+}

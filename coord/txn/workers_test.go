@@ -1,0 +1,717 @@
+package txn
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// call runs an async coordinator method synchronously.
+func call[R any](t testing.TB, f func(done func(R, error))) (R, error) {
+	t.Helper()
+	type out struct {
+		r   R
+		err error
+	}
+	ch := make(chan out, 1)
+	f(func(r R, err error) { ch <- out{r, err} })
+	select {
+	case o := <-ch:
+		return o.r, o.err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("operation did not complete")
+		panic("unreachable")
+	}
+}
+
+type atomicAlloc struct{ n atomic.Int64 }
+
+func (a *atomicAlloc) alloc() (int64, error) { return a.n.Add(1) + 1000, nil }
+
+// countingFS wraps the OS file system, counts writes per slot file, records the maximum number
+// of concurrent writers of any one file, and can inject failures.
+type countingFS struct {
+	OSFileSystem
+	mu          sync.Mutex
+	writes      map[string]int
+	inflight    map[string]int
+	maxInflight int
+	failWrite   func(path string) error
+}
+
+func newCountingFS() *countingFS {
+	return &countingFS{writes: map[string]int{}, inflight: map[string]int{}}
+}
+
+func (f *countingFS) WriteTemp(path string, data []byte) error {
+	f.mu.Lock()
+	f.inflight[path]++
+	if f.inflight[path] > f.maxInflight {
+		f.maxInflight = f.inflight[path]
+	}
+	fail := f.failWrite
+	f.mu.Unlock()
+	var err error
+	if fail != nil {
+		err = fail(path)
+	}
+	if err == nil {
+		err = f.OSFileSystem.WriteTemp(path, data)
+	}
+	f.mu.Lock()
+	f.inflight[path]--
+	if err == nil {
+		f.writes[path]++
+	}
+	f.mu.Unlock()
+	return err
+}
+
+func (f *countingFS) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, w := range f.writes {
+		n += w
+	}
+	return n
+}
+
+func (f *countingFS) setFail(fn func(string) error) {
+	f.mu.Lock()
+	f.failWrite = fn
+	f.mu.Unlock()
+}
+
+type testCoord struct {
+	*Coordinator
+	fs    *countingFS
+	dir   string
+	acts  chan Action
+	clock *atomic.Int64 // unix ms
+}
+
+func startCoord(t testing.TB, dir string, mod func(*Config)) (*testCoord, []Action) {
+	t.Helper()
+	tc := &testCoord{fs: newCountingFS(), dir: dir, acts: make(chan Action, 1024), clock: &atomic.Int64{}}
+	tc.clock.Store(t0.UnixMilli())
+	alloc := &atomicAlloc{}
+	cfg := Config{
+		ClusterDir: dir, AllocPID: alloc.alloc, FS: tc.fs,
+		Now:            func() time.Time { return time.UnixMilli(tc.clock.Load()) },
+		ReaperInterval: time.Hour,
+		OnAction:       func(a Action) { tc.acts <- a },
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts, err := c.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Coordinator = c
+	t.Cleanup(c.Close)
+	return tc, acts
+}
+
+func (tc *testCoord) advance(d time.Duration) { tc.clock.Add(d.Milliseconds()) }
+
+func (tc *testCoord) init(t testing.TB, tid string, timeoutMs int32) InitProducerIDResult {
+	t.Helper()
+	r, err := call(t, func(d func(InitProducerIDResult, error)) {
+		tc.InitProducerID(InitProducerIDParams{TransactionalID: tid, TimeoutMs: timeoutMs, ProducerID: -1, ProducerEpoch: -1, Version: 4}, d)
+	})
+	if err != nil || r.Code != 0 {
+		t.Fatalf("init %s: %+v %v", tid, r, err)
+	}
+	return r
+}
+
+func (tc *testCoord) describe(t testing.TB, tid string) DescribeResult {
+	t.Helper()
+	d, err := call(t, func(done func(DescribeResult, error)) { tc.Describe(tid, done) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// block parks tid's worker until the returned func is called, so the next submissions land in
+// one batch.
+func (tc *testCoord) block(tid string) (release func()) {
+	entered, gate := make(chan struct{}), make(chan struct{})
+	tc.Submit(tid, func(e *Entry, _ time.Time) (*Entry, any) {
+		close(entered)
+		<-gate
+		return e, nil
+	}, nil)
+	<-entered
+	return func() { close(gate) }
+}
+
+// sameSlotIDs returns n transactional ids that all hash to one slot.
+func sameSlotIDs(prefix string, n int) []string {
+	var ids []string
+	slot := SlotFor(prefix + "0")
+	for i := 0; len(ids) < n; i++ {
+		if id := fmt.Sprintf("%s%d", prefix, i); SlotFor(id) == slot {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// ---------------------------------------------------------------------------------------------
+// store
+
+func TestFNV1a32(t *testing.T) {
+	for s, want := range map[string]uint32{"": 0x811c9dc5, "a": 0xe40c292c, "foobar": 0xbf9cf968} {
+		if got := fnv1a32(s); got != want {
+			t.Errorf("fnv1a32(%q) = %#x, want %#x", s, got, want)
+		}
+	}
+	if SlotFor("foobar") != int(uint32(0xbf9cf968)%50) {
+		t.Fatalf("SlotFor")
+	}
+}
+
+func TestSlotFileRoundTripAndEpochBump(t *testing.T) {
+	dir := t.TempDir()
+	tc, acts := startCoord(t, dir, nil)
+	if len(acts) != 0 {
+		t.Fatalf("fresh dir returned actions: %+v", acts)
+	}
+	r := tc.init(t, "rt", 30_000)
+	add, err := call(t, func(d func(AddPartitionsResult, error)) {
+		tc.AddPartitions(AddPartitionsParams{TransactionalID: "rt", ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, Version: 3,
+			Partitions: []TopicPartitions{{Topic: "b", Partitions: []int32{2, 1}}, {Topic: "a", Partitions: []int32{0}}}}, d)
+	})
+	if err != nil || add.Code != 0 {
+		t.Fatal(add, err)
+	}
+	if _, err := call(t, func(d func(AddOffsetsResult, error)) {
+		tc.AddOffsets(AddOffsetsParams{TransactionalID: "rt", ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, Group: "grp", Version: 3}, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tc.Close()
+
+	path := filepath.Join(dir, StateDir, SlotFileName(SlotFor("rt")))
+	ls, err := readSlot(filepath.Join(dir, StateDir), SlotFor("rt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := ls.entries["rt"]
+	if ls.coordinatorEpoch != 1 || e == nil || e.State != Ongoing || e.ProducerID != r.ProducerID || e.TimeoutMs != 30_000 ||
+		!slices.Equal(e.Partitions["b"], []int32{1, 2}) || !slices.Equal(e.Groups, []string{"grp"}) || e.CoordinatorEpoch != 1 ||
+		e.TxnStartMs != t0.UnixMilli() {
+		t.Fatalf("persisted slot: epoch %d entry %+v", ls.coordinatorEpoch, e)
+	}
+	raw, _ := os.ReadFile(path)
+	for _, field := range []string{`"version":1`, `"coordinatorEpoch":1`, `"state":"Ongoing"`, `"transactionalId":"rt"`} {
+		if !strings.Contains(string(raw), field) {
+			t.Fatalf("slot file lacks %s: %s", field, raw)
+		}
+	}
+
+	tc2, _ := startCoord(t, dir, nil)
+	d := tc2.describe(t, "rt")
+	if d.State != "Ongoing" || d.ProducerID != r.ProducerID || len(d.Topics) != 2 {
+		t.Fatalf("reloaded: %+v", d)
+	}
+	tc2.Close()
+	ls2, _ := readSlot(filepath.Join(dir, StateDir), SlotFor("rt"))
+	if ls2.coordinatorEpoch != 2 || ls2.entries["rt"].CoordinatorEpoch != 2 {
+		t.Fatalf("coordinator epoch not bumped and persisted on load: %d", ls2.coordinatorEpoch)
+	}
+}
+
+func TestSlotFileCorruption(t *testing.T) {
+	write := func(t *testing.T, slot int, body string) string {
+		dir := t.TempDir()
+		sd := filepath.Join(dir, StateDir)
+		if err := os.MkdirAll(sd, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(sd, SlotFileName(slot))
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	tryStart := func(dir string) error {
+		c, err := New(Config{ClusterDir: dir, AllocPID: (&atomicAlloc{}).alloc})
+		if err != nil {
+			return err
+		}
+		_, err = c.Start()
+		c.Close()
+		return err
+	}
+	good := func(tid string) string {
+		return fmt.Sprintf(`{"version":1,"coordinatorEpoch":4,"entries":{%q:{"transactionalId":%q,"producerId":5,"producerEpoch":0,"lastProducerId":-1,"lastProducerEpoch":-1,"nextProducerId":-1,"state":"Empty","timeoutMs":1000,"txnStartMs":0,"lastUpdateMs":1,"txnVersion":1,"coordinatorEpoch":4}}}`, tid, tid)
+	}
+	other := "x"
+	for SlotFor(other) == SlotFor("tx") {
+		other += "x"
+	}
+	cases := []struct {
+		name, body, want string
+		slot             int
+	}{
+		{"garbage", "\x00not json", "cannot parse", 7},
+		{"truncated", `{"version":1,"coordinatorEpoch":1,"entries":{`, "cannot parse", 7},
+		{"unknown version", `{"version":2,"coordinatorEpoch":1,"entries":{}}`, "unsupported version 2", 7},
+		{"missing version", `{"coordinatorEpoch":1,"entries":{}}`, "unsupported version missing", 7},
+		{"unknown state", strings.Replace(good("tx"), `"Empty"`, `"Limbo"`, 1), "unknown transaction state", SlotFor("tx")},
+		{"wrong slot", good(other), "belongs to slot", SlotFor("tx")},
+		{"key mismatch", strings.Replace(good("tx"), `"transactionalId":"tx"`, `"transactionalId":"ty"`, 1), "holds transactionalId", SlotFor("tx")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := write(t, c.slot, c.body)
+			err := tryStart(dir)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), SlotFileName(c.slot)) {
+				t.Fatalf("err = %v, want %q naming %s", err, c.want, SlotFileName(c.slot))
+			}
+		})
+	}
+	t.Run("tmp leftovers ignored", func(t *testing.T) {
+		dir := write(t, SlotFor("tx"), good("tx"))
+		if err := os.WriteFile(filepath.Join(dir, StateDir, SlotFileName(SlotFor("tx"))+".tmp"), []byte("garbage"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tc, _ := startCoord(t, dir, nil)
+		if d := tc.describe(t, "tx"); d.State != "Empty" || d.ProducerID != 5 {
+			t.Fatalf("entry beside tmp leftover: %+v", d)
+		}
+		tc.Close()
+		ls, err := readSlot(filepath.Join(dir, StateDir), SlotFor("tx"))
+		if err != nil || ls.coordinatorEpoch != 5 {
+			t.Fatalf("epoch after load: %v %d", err, ls.coordinatorEpoch)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------------------------
+// worker pool
+
+// TestSingleWriterAndGroupCommit drives many producers through full transactions concurrently
+// (under -race) and checks that no slot file ever had two writers at once and that batches
+// coalesced (fewer slot writes than state-changing operations).
+func TestSingleWriterAndGroupCommit(t *testing.T) {
+	tc, _ := startCoord(t, t.TempDir(), nil)
+	const producers, cycles = 64, 8
+	var ops atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for i := 0; i < producers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			tid := fmt.Sprintf("p-%d", i)
+			r, err := call(t, func(d func(InitProducerIDResult, error)) {
+				tc.InitProducerID(InitProducerIDParams{TransactionalID: tid, TimeoutMs: 60_000, ProducerID: -1, ProducerEpoch: -1, Version: 4}, d)
+			})
+			if err != nil || r.Code != 0 {
+				errs <- fmt.Errorf("init %s: %+v %v", tid, r, err)
+				return
+			}
+			ops.Add(1)
+			pid, epoch := r.ProducerID, r.ProducerEpoch
+			for c := 0; c < cycles; c++ {
+				a, err := call(t, func(d func(AddPartitionsResult, error)) {
+					tc.AddPartitions(AddPartitionsParams{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch, Partitions: tps("t", int32(c%3)), Version: 5, Implicit: true}, d)
+				})
+				if err != nil || a.Code != 0 {
+					errs <- fmt.Errorf("add %s: %+v %v", tid, a, err)
+					return
+				}
+				e, err := call(t, func(d func(EndTxnResult, error)) {
+					tc.EndTxn(EndTxnParams{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch, Commit: true, Version: 5}, d)
+				})
+				if err != nil || e.Code != 0 || e.Action.Markers == nil {
+					errs <- fmt.Errorf("end %s: %+v %v", tid, e, err)
+					return
+				}
+				m := e.Action.Markers
+				cr, err := call(t, func(d func(CompleteResult, error)) {
+					tc.Complete(CompleteParams{TransactionalID: tid, ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: true}, d)
+				})
+				if err != nil || cr.Code != 0 {
+					errs <- fmt.Errorf("complete %s: %+v %v", tid, cr, err)
+					return
+				}
+				pid, epoch = e.ProducerID, e.ProducerEpoch
+				ops.Add(3)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	writes := tc.fs.total()
+	if tc.fs.maxInflight != 1 {
+		t.Fatalf("a slot file had %d concurrent writers", tc.fs.maxInflight)
+	}
+	if int64(writes) >= ops.Load() {
+		t.Fatalf("no group commit: %d slot writes for %d state changes", writes, ops.Load())
+	}
+	t.Logf("%d state changes, %d slot writes", ops.Load(), writes)
+	for i := 0; i < producers; i++ {
+		if d := tc.describe(t, fmt.Sprintf("p-%d", i)); d.State != "CompleteCommit" || d.ProducerEpoch != cycles {
+			t.Fatalf("p-%d: %+v", i, d)
+		}
+	}
+}
+
+// TestBatchWritesEachSlotOnce checks the group commit deterministically: ops queued while the
+// worker is busy form one batch; later ops see earlier ops' effects; each dirty slot is written
+// once; callbacks run only after the write.
+func TestBatchWritesEachSlotOnce(t *testing.T) {
+	tc, _ := startCoord(t, t.TempDir(), func(c *Config) { c.Workers = 1 })
+	ids := sameSlotIDs("same-", 10)
+	pids := map[string]int64{}
+	for _, id := range ids {
+		pids[id] = tc.init(t, id, 60_000).ProducerID
+	}
+	before := tc.fs.total()
+	release := tc.block(ids[0])
+	var wg sync.WaitGroup
+	var got sync.Map
+	for _, id := range ids {
+		wg.Add(2)
+		tc.AddPartitions(AddPartitionsParams{TransactionalID: id, ProducerID: pids[id], ProducerEpoch: 0, Partitions: tps("t", 1), Version: 3},
+			func(r AddPartitionsResult, err error) {
+				defer wg.Done()
+				if err != nil || r.Code != 0 {
+					t.Errorf("add %s: %+v %v", id, r, err)
+				}
+			})
+		// Queued behind the add in the same batch: sees the partition.
+		tc.Verify(VerifyParams{TransactionalID: id, ProducerID: pids[id], ProducerEpoch: 0, Partitions: tps("t", 1)},
+			func(r VerifyResult, err error) {
+				defer wg.Done()
+				got.Store(id, r)
+				if _, statErr := os.Stat(filepath.Join(tc.dir, StateDir, SlotFileName(SlotFor(id)))); statErr != nil {
+					t.Errorf("callback before the slot write: %v", statErr)
+				}
+			})
+	}
+	release()
+	wg.Wait()
+	if w := tc.fs.total() - before; w != 1 {
+		t.Fatalf("%d slot writes for one batch on one slot, want 1", w)
+	}
+	for _, id := range ids {
+		r, _ := got.Load(id)
+		if vr := r.(VerifyResult); vr.Code != 0 || vr.Results[0].Code != 0 {
+			t.Fatalf("verify %s after add in same batch: %+v", id, vr)
+		}
+	}
+}
+
+func TestWriteFailureRollsBack(t *testing.T) {
+	tc, _ := startCoord(t, t.TempDir(), func(c *Config) { c.Workers = 1 })
+	ids := sameSlotIDs("rb-", 2)
+	a, b := ids[0], ids[1]
+	pa, pb := tc.init(t, a, 60_000).ProducerID, tc.init(t, b, 60_000).ProducerID
+	if _, err := call(t, func(d func(AddPartitionsResult, error)) {
+		tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 0), Version: 3}, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	otherSlot := "o"
+	for SlotFor(otherSlot) == SlotFor(a) {
+		otherSlot += "o"
+	}
+	po := tc.init(t, otherSlot, 60_000).ProducerID
+
+	injected := errors.New("disk on fire")
+	bad := SlotFileName(SlotFor(a))
+	tc.fs.setFail(func(path string) error {
+		if strings.HasSuffix(path, string(filepath.Separator)+bad+".tmp") {
+			return injected
+		}
+		return nil
+	})
+	release := tc.block(a)
+	var wg sync.WaitGroup
+	wg.Add(4)
+	var addErr, verErr, endErr, otherErr error
+	tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9), Version: 3},
+		func(_ AddPartitionsResult, err error) { addErr = err; wg.Done() })
+	tc.Verify(VerifyParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9)},
+		func(_ VerifyResult, err error) { verErr = err; wg.Done() })
+	tc.EndTxn(EndTxnParams{TransactionalID: b, ProducerID: pb, ProducerEpoch: 0, Commit: false, Version: 5},
+		func(_ EndTxnResult, err error) { endErr = err; wg.Done() })
+	tc.AddPartitions(AddPartitionsParams{TransactionalID: otherSlot, ProducerID: po, ProducerEpoch: 0, Partitions: tps("t", 1), Version: 3},
+		func(_ AddPartitionsResult, err error) { otherErr = err; wg.Done() })
+	release()
+	wg.Wait()
+	for name, err := range map[string]error{"add": addErr, "verify": verErr, "end": endErr} {
+		if !errors.Is(err, injected) || ErrorCode(err) != codec.CodeCoordinatorNotAvailable {
+			t.Fatalf("%s on the failed slot: %v", name, err)
+		}
+	}
+	if otherErr != nil {
+		t.Fatalf("op on another slot failed: %v", otherErr)
+	}
+	// In memory is back to what is on disk.
+	if d := tc.describe(t, a); d.State != "Ongoing" || len(d.Topics) != 1 || !slices.Equal(d.Topics[0].Partitions, []int32{0}) {
+		t.Fatalf("a not rolled back: %+v", d)
+	}
+	if d := tc.describe(t, b); d.State != "Empty" || d.ProducerEpoch != 0 {
+		t.Fatalf("b not rolled back: %+v", d)
+	}
+	tc.fs.setFail(nil)
+	r, err := call(t, func(d func(AddPartitionsResult, error)) {
+		tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9), Version: 3}, d)
+	})
+	if err != nil || r.Code != 0 {
+		t.Fatalf("retry after heal: %+v %v", r, err)
+	}
+	if d := tc.describe(t, a); !slices.Equal(d.Topics[0].Partitions, []int32{0, 9}) {
+		t.Fatalf("after heal: %+v", d)
+	}
+}
+
+func TestReaperAbortsAndCompletes(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	tc, _ := startCoord(t, t.TempDir(), func(c *Config) {
+		c.ReaperInterval = 5 * time.Millisecond
+		c.Logger = zap.New(core)
+	})
+	// Offset-only transaction (C-K).
+	r := tc.init(t, "reap", 1000)
+	if _, err := call(t, func(d func(AddOffsetsResult, error)) {
+		tc.AddOffsets(AddOffsetsParams{TransactionalID: "reap", ProducerID: r.ProducerID, ProducerEpoch: 0, Group: "g1", Version: 3}, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-tc.acts:
+		t.Fatalf("reaped before the timeout: %+v", a)
+	case <-time.After(30 * time.Millisecond):
+	}
+	tc.advance(1500 * time.Millisecond)
+	var act Action
+	select {
+	case act = <-tc.acts:
+	case <-time.After(5 * time.Second):
+		t.Fatal("reaper did not abort the timed-out transaction")
+	}
+	if act.TransactionalID != "reap" || act.Fence == nil || act.Fence.NewEpoch != 1 || act.Markers == nil || act.Markers.Commit ||
+		!slices.Equal(act.Markers.Groups, []string{"g1"}) || act.Markers.CoordinatorEpoch != 1 {
+		t.Fatalf("reaper action: %+v %+v", act, act.Markers)
+	}
+	// The zombie is fenced at the coordinator too.
+	if a, _ := call(t, func(d func(AddOffsetsResult, error)) {
+		tc.AddOffsets(AddOffsetsParams{TransactionalID: "reap", ProducerID: r.ProducerID, ProducerEpoch: 0, Group: "g1", Version: 3}, d)
+	}); a.Code != codec.CodeProducerFenced {
+		t.Fatalf("zombie add after reaper: %+v", a)
+	}
+	// Prepared and in flight for longer than the timeout: reported as hanging, not re-driven.
+	tc.advance(5 * time.Second)
+	waitFor(t, "hanging warning", func() bool {
+		return logs.FilterMessage("transaction open longer than its timeout").FilterField(zap.String("transactionalId", "reap")).Len() > 0
+	})
+	if len(tc.acts) != 0 {
+		t.Fatalf("in-flight dispatch re-driven")
+	}
+	cr, err := call(t, func(d func(CompleteResult, error)) {
+		tc.Complete(CompleteParams{TransactionalID: "reap", ProducerID: act.Markers.ProducerID, ProducerEpoch: act.Markers.ProducerEpoch}, d)
+	})
+	if err != nil || cr.Code != 0 || !slices.Equal(cr.Groups, []string{"g1"}) || cr.Commit {
+		t.Fatalf("complete: %+v %v", cr, err)
+	}
+	if d := tc.describe(t, "reap"); d.State != "CompleteAbort" {
+		t.Fatalf("after complete: %+v", d)
+	}
+}
+
+func TestMarkersFailedRedrives(t *testing.T) {
+	tc, _ := startCoord(t, t.TempDir(), nil)
+	r := tc.init(t, "md", 60_000)
+	if _, err := call(t, func(d func(AddPartitionsResult, error)) {
+		tc.AddPartitions(AddPartitionsParams{TransactionalID: "md", ProducerID: r.ProducerID, ProducerEpoch: 0, Partitions: tps("t", 0), Version: 3}, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	end := EndTxnParams{TransactionalID: "md", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 3}
+	e, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) })
+	if e.Code != 0 || e.Action.Markers == nil {
+		t.Fatalf("end: %+v", e)
+	}
+	// In flight: retries answer 51 and do not hand the markers out twice.
+	if e2, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) }); e2.Code != codec.CodeConcurrentTransactions || e2.Action.Markers != nil {
+		t.Fatalf("retry in flight: %+v", e2)
+	}
+	if err, _ := call(t, func(d func(error, error)) { tc.MarkersFailed(e.Action.Markers, func(err error) { d(err, nil) }) }); err != nil {
+		t.Fatal(err)
+	}
+	// The reaper's reconcile re-drives it ...
+	n, _ := call(t, func(d func(int, error)) { tc.ReapNow(func(n int) { d(n, nil) }) })
+	if n != 1 {
+		t.Fatalf("reconcile handed out %d actions", n)
+	}
+	a := <-tc.acts
+	if a.Markers == nil || !a.Markers.Commit || len(a.Markers.Partitions) != 1 {
+		t.Fatalf("reconcile action: %+v", a)
+	}
+	// ... and after another failure, so does a client retry.
+	tc.MarkersFailed(a.Markers, nil)
+	e3, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) })
+	if e3.Code != codec.CodeConcurrentTransactions || e3.Action.Markers == nil {
+		t.Fatalf("client retry after failure: %+v", e3)
+	}
+}
+
+// TestLoadAfterCrash: a prepared transaction survives a restart; Start returns it for the
+// reconcile pass, with the coordinator epoch bumped.
+func TestLoadAfterCrash(t *testing.T) {
+	dir := t.TempDir()
+	tc, _ := startCoord(t, dir, nil)
+	r := tc.init(t, "crash", 60_000)
+	if _, err := call(t, func(d func(AddPartitionsResult, error)) {
+		tc.AddPartitions(AddPartitionsParams{TransactionalID: "crash", ProducerID: r.ProducerID, ProducerEpoch: 0, Partitions: tps("t", 3), Version: 3}, d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := call(t, func(d func(EndTxnResult, error)) {
+		tc.EndTxn(EndTxnParams{TransactionalID: "crash", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 5}, d)
+	})
+	if e.Code != 0 || e.Action.Markers.CoordinatorEpoch != 1 {
+		t.Fatalf("end: %+v", e)
+	}
+	tc.Close() // crash: markers never completed
+
+	tc2, acts := startCoord(t, dir, nil)
+	if len(acts) != 1 {
+		t.Fatalf("Load returned %d actions", len(acts))
+	}
+	a := acts[0]
+	if a.TransactionalID != "crash" || a.Markers == nil || !a.Markers.Commit || a.Markers.ProducerEpoch != 1 ||
+		a.Markers.CoordinatorEpoch != 2 || a.Fence == nil || a.Fence.NewEpoch != 1 || len(a.Markers.Partitions) != 1 {
+		t.Fatalf("reconcile action: %+v %+v", a, a.Markers)
+	}
+	// The reconcile owns the dispatch: client retries wait.
+	if e2, _ := call(t, func(d func(EndTxnResult, error)) {
+		tc2.EndTxn(EndTxnParams{TransactionalID: "crash", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 5}, d)
+	}); e2.Code != codec.CodeConcurrentTransactions || e2.Action.Markers != nil {
+		t.Fatalf("retry during reconcile: %+v", e2)
+	}
+	cr, err := call(t, func(d func(CompleteResult, error)) {
+		tc2.Complete(CompleteParams{TransactionalID: "crash", ProducerID: a.Markers.ProducerID, ProducerEpoch: a.Markers.ProducerEpoch, Commit: true}, d)
+	})
+	if err != nil || cr.Code != 0 {
+		t.Fatalf("complete: %+v %v", cr, err)
+	}
+	// The client's retry of the lost EndTxn v5 response is recognised.
+	if e3, _ := call(t, func(d func(EndTxnResult, error)) {
+		tc2.EndTxn(EndTxnParams{TransactionalID: "crash", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 5}, d)
+	}); e3.Code != 0 || e3.ProducerEpoch != 1 {
+		t.Fatalf("retry after completion: %+v", e3)
+	}
+	tc2.Close()
+	_, acts3 := startCoord(t, dir, nil)
+	if len(acts3) != 0 {
+		t.Fatalf("completed txn returned again: %+v", acts3)
+	}
+	ls, _ := readSlot(filepath.Join(dir, StateDir), SlotFor("crash"))
+	if ls.coordinatorEpoch != 3 {
+		t.Fatalf("coordinator epoch %d after three starts", ls.coordinatorEpoch)
+	}
+}
+
+func TestOwnershipClosedAndList(t *testing.T) {
+	notMine := SlotFor("not-mine")
+	tc, _ := startCoord(t, t.TempDir(), func(c *Config) { c.OwnsSlot = func(s int) bool { return s != notMine } })
+	if tc.Owns("not-mine") {
+		t.Fatal("Owns")
+	}
+	_, err := call(t, func(d func(InitProducerIDResult, error)) {
+		tc.InitProducerID(InitProducerIDParams{TransactionalID: "not-mine", TimeoutMs: 1000, ProducerID: -1, ProducerEpoch: -1, Version: 4}, d)
+	})
+	if !errors.Is(err, ErrNotCoordinator) || ErrorCode(err) != codec.CodeNotCoordinator {
+		t.Fatalf("unowned slot: %v", err)
+	}
+	for i := 0; i < 12; i++ {
+		id := fmt.Sprintf("l-%d", i)
+		if SlotFor(id) == notMine {
+			continue
+		}
+		r := tc.init(t, id, 60_000)
+		if i%2 == 0 {
+			if _, err := call(t, func(d func(AddPartitionsResult, error)) {
+				tc.AddPartitions(AddPartitionsParams{TransactionalID: id, ProducerID: r.ProducerID, ProducerEpoch: 0, Partitions: tps("t", 0), Version: 3}, d)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	type lres struct {
+		txns    []ListedTxn
+		unknown []string
+	}
+	l, err := call(t, func(d func(lres, error)) {
+		tc.List(ListFilter{States: []string{"Ongoing", "Nope"}, DurationMs: -1}, func(tx []ListedTxn, u []string, err error) { d(lres{tx, u}, err) })
+	})
+	if err != nil || !slices.Equal(l.unknown, []string{"Nope"}) {
+		t.Fatalf("list: %+v %v", l, err)
+	}
+	want := 0
+	for i := 0; i < 12; i += 2 {
+		if SlotFor(fmt.Sprintf("l-%d", i)) != notMine {
+			want++
+		}
+	}
+	if len(l.txns) != want {
+		t.Fatalf("listed %d ongoing, want %d: %+v", len(l.txns), want, l.txns)
+	}
+	for _, x := range l.txns {
+		if x.State != "Ongoing" {
+			t.Fatalf("filter leaked %+v", x)
+		}
+	}
+	tc.Close()
+	_, err = call(t, func(d func(InitProducerIDResult, error)) {
+		tc.InitProducerID(InitProducerIDParams{TransactionalID: "l-1", TimeoutMs: 1000, ProducerID: -1, ProducerEpoch: -1, Version: 4}, d)
+	})
+	if !errors.Is(err, ErrClosed) || ErrorCode(err) != codec.CodeCoordinatorNotAvailable {
+		t.Fatalf("after close: %v", err)
+	}
+}

@@ -1,0 +1,136 @@
+package txn
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkTxnCycle measures full coordinator transactions per second: AddPartitions, EndTxn
+// (commit) and Complete, i.e. three durable slot changes per transaction, with N producers on
+// distinct transactional ids running concurrently against a real directory (real fsync). One
+// b.N iteration is one transaction; txns/s is reported.
+func BenchmarkTxnCycle(b *testing.B) {
+	for _, tv := range []struct {
+		name    string
+		version int16
+	}{{"tv1", 3}, {"tv2", 5}} {
+		for _, ids := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("%s/ids=%d", tv.name, ids), func(b *testing.B) {
+				benchCycle(b, ids, tv.version)
+			})
+		}
+	}
+}
+
+func benchCycle(b *testing.B, ids int, version int16) {
+	dir := os.Getenv("KAAS_TXN_BENCH_DIR") // point at the disk you want to measure
+	if dir == "" {
+		dir = b.TempDir()
+	} else {
+		var err error
+		if dir, err = os.MkdirTemp(dir, "txnbench"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	}
+	alloc := &atomicAlloc{}
+	workers := 0
+	if w := os.Getenv("KAAS_TXN_BENCH_WORKERS"); w != "" {
+		workers, _ = strconv.Atoi(w)
+	}
+	cfg := Config{ClusterDir: dir, AllocPID: alloc.alloc, ReaperInterval: time.Hour, Workers: workers}
+	if os.Getenv("KAAS_TXN_BENCH_NOFSYNC") != "" {
+		// CPU-side ceiling: same files and renames, no fsync.
+		cfg.FS = noSyncFS{}
+	}
+	c, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+
+	type producer struct {
+		tid   string
+		pid   int64
+		epoch int16
+		part  []TopicPartitions
+	}
+	ps := make([]*producer, ids)
+	for i := range ps {
+		p := &producer{tid: fmt.Sprintf("bench-%d", i), part: tps("topic", int32(i%8))}
+		r, err := call(b, func(d func(InitProducerIDResult, error)) {
+			c.InitProducerID(InitProducerIDParams{TransactionalID: p.tid, TimeoutMs: 60_000, ProducerID: -1, ProducerEpoch: -1, Version: 4}, d)
+		})
+		if err != nil || r.Code != 0 {
+			b.Fatal(r, err)
+		}
+		p.pid, p.epoch = r.ProducerID, r.ProducerEpoch
+		ps[i] = p
+	}
+	work := make(chan struct{}, b.N)
+	for i := 0; i < b.N; i++ {
+		work <- struct{}{}
+	}
+	close(work)
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func(p *producer) {
+			defer wg.Done()
+			// Each step waits for the previous one's callback, like a real producer.
+			step := make(chan struct{}, 1)
+			for range work {
+				var endRes EndTxnResult
+				c.AddPartitions(AddPartitionsParams{TransactionalID: p.tid, ProducerID: p.pid, ProducerEpoch: p.epoch,
+					Partitions: p.part, Version: version, Implicit: version >= 5}, func(r AddPartitionsResult, err error) {
+					if err != nil || r.Code != 0 {
+						b.Errorf("add: %+v %v", r, err)
+					}
+					step <- struct{}{}
+				})
+				<-step
+				c.EndTxn(EndTxnParams{TransactionalID: p.tid, ProducerID: p.pid, ProducerEpoch: p.epoch, Commit: true, Version: version},
+					func(r EndTxnResult, err error) {
+						if err != nil || r.Code != 0 {
+							b.Errorf("end: %+v %v", r, err)
+						}
+						endRes = r
+						step <- struct{}{}
+					})
+				<-step
+				m := endRes.Action.Markers
+				c.Complete(CompleteParams{TransactionalID: p.tid, ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: true},
+					func(r CompleteResult, err error) {
+						if err != nil || r.Code != 0 {
+							b.Errorf("complete: %+v %v", r, err)
+						}
+						step <- struct{}{}
+					})
+				<-step
+				if version >= 5 {
+					p.pid, p.epoch = endRes.ProducerID, endRes.ProducerEpoch
+				}
+			}
+		}(p)
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "txns/s")
+}
+
+// noSyncFS writes and renames like the real store but never fsyncs (benchmark ceiling only).
+type noSyncFS struct{ OSFileSystem }
+
+func (noSyncFS) WriteTemp(path string, data []byte) error { return os.WriteFile(path, data, 0o644) }
+func (noSyncFS) SyncDir(string) error                     { return nil }
