@@ -14,6 +14,7 @@ const (
 	CodeNotLeaderForPartition           int16 = 6
 	CodeRequestTimedOut                 int16 = 7
 	CodeMessageTooLarge                 int16 = 10
+	CodeOffsetMetadataTooLarge          int16 = 12
 	CodeCoordinatorLoadInProgress       int16 = 14
 	CodeCoordinatorNotAvailable         int16 = 15
 	CodeNotCoordinator                  int16 = 16
@@ -74,6 +75,7 @@ const (
 	CodePreferredLeaderNotAvailable     int16 = 80
 	CodeGroupMaxSizeReached             int16 = 81
 	CodeFencedInstanceID                int16 = 82
+	CodeGroupSubscribedToTopic          int16 = 86
 	CodeInvalidRecord                   int16 = 87
 	CodeUnstableOffsetCommit            int16 = 88
 	CodeThrottlingQuotaExceeded         int16 = 89

@@ -59,7 +59,7 @@ func handleOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 				case rp.Partition < 0 || rp.Partition >= topic.NumPartitions():
 					sp.ErrorCode = codec.CodeUnknownTopicOrPartition
 				case rp.Metadata != nil && len(*rp.Metadata) > group.MaxMetadataBytes:
-					sp.ErrorCode = group.CodeOffsetMetadataTooLarge
+					sp.ErrorCode = codec.CodeOffsetMetadataTooLarge
 				default:
 					md := ""
 					if rp.Metadata != nil {

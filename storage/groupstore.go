@@ -336,7 +336,7 @@ func gsFinishFrame(b []byte, start int) []byte {
 	return b
 }
 
-var errGsDecode = errors.New("malformed offset store record")
+var gsErrDecode = errors.New("malformed offset store record")
 
 type gsReader struct {
 	b   []byte
@@ -389,7 +389,7 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 		case gsOpCommit:
 			n := r.uvarint()
 			if n > uint64(len(r.b)) { // every entry takes at least one byte
-				return nil, errGsDecode
+				return nil, gsErrDecode
 			}
 			op.offs = make([]GroupOffset, 0, n)
 			for i := uint64(0); i < n && !r.err; i++ {
@@ -406,7 +406,7 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 		case gsOpDelOffs:
 			n := r.uvarint()
 			if n > uint64(len(r.b)) {
-				return nil, errGsDecode
+				return nil, gsErrDecode
 			}
 			op.parts = make([]GroupPartition, 0, n)
 			for i := uint64(0); i < n && !r.err; i++ {
@@ -416,12 +416,12 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 				op.parts = append(op.parts, gp)
 			}
 		default:
-			return nil, fmt.Errorf("%w: unknown op %d", errGsDecode, kind)
+			return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
 		}
 		ops = append(ops, op)
 	}
 	if r.err {
-		return nil, errGsDecode
+		return nil, gsErrDecode
 	}
 	return ops, nil
 }
@@ -540,7 +540,7 @@ func (s *GroupStore) rewrite() error {
 	data := append([]byte(gsHeader), s.snapshot(nil)...)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("cannot compact offset store (%s): %w", s.path, err)
 	}
 	if _, err = f.Write(data); err == nil {
 		err = f.Sync()
@@ -548,20 +548,23 @@ func (s *GroupStore) rewrite() error {
 	if err == nil {
 		err = os.Rename(tmp, s.path)
 	}
-	if err == nil {
-		err = gsSyncDir(s.dir)
-	}
 	if err != nil {
 		f.Close()
 		_ = os.Remove(tmp)
 		return fmt.Errorf("cannot compact offset store (%s): %w", s.path, err)
 	}
+	// From the rename on, the new file is the log: never append to the old (unlinked) one.
 	if s.f != nil {
 		s.f.Close()
 	}
 	s.f = f // positioned at the end of what we wrote
 	s.size = int64(len(data))
 	s.base = s.size
+	if err := gsSyncDir(s.dir); err != nil {
+		// The rename may not be durable: rewrite again before the next append is acknowledged.
+		s.needRewrite = true
+		return fmt.Errorf("cannot sync offset store directory (%s): %w", s.dir, err)
+	}
 	s.needRewrite = false
 	gsCompactionsTotal.Inc()
 	return nil

@@ -18,7 +18,9 @@ func gsOpen(t *testing.T, dir string) *GroupStore {
 	return s
 }
 
-func gsPath(dir string) string { return filepath.Join(dir, "__cluster", "consumer_offsets", "offsets.log") }
+func gsPath(dir string) string {
+	return filepath.Join(dir, "__cluster", "consumer_offsets", "offsets.log")
+}
 
 func TestGroupStoreCommitFetchReopen(t *testing.T) {
 	dir := t.TempDir()

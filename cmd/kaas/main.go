@@ -29,6 +29,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/group"
 	"github.com/kaas-go/kaas/server"
 	"github.com/kaas-go/kaas/storage"
 )
@@ -80,6 +81,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 type broker struct {
 	store *storage.Store
 	srv   *server.Server
+
+	groups  *group.Coordinator  // issue 3
+	offsets *storage.GroupStore // issue 3
 }
 
 func startBroker(cfg configs.Config, log *zap.Logger) (*broker, error) {
@@ -107,12 +111,29 @@ func startBroker(cfg configs.Config, log *zap.Logger) (*broker, error) {
 	}
 	deps := server.Deps{Store: store, PIDs: pids}
 	// --- group coordinator wiring (issue 3) ---
-	srv := server.New(cfg, log.Named("server"), deps, clusterID)
-	if err := srv.Start(); err != nil {
+	// A corrupt offsets log (not just a torn tail) refuses to start: guessing would lose or
+	// resurrect committed offsets.
+	offsets, err := storage.OpenGroupStore(cfg.DataDir, log.Named("storage"))
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("cannot open committed offsets (refusing to start): %w", err)
+	}
+	groups := group.New(server.GroupConfig(cfg), offsets, log)
+	if err := groups.Start(); err != nil {
+		offsets.Close()
 		store.Close()
 		return nil, err
 	}
-	return &broker{store: store, srv: srv}, nil
+	deps.Groups = groups
+	// --- end group coordinator wiring ---
+	srv := server.New(cfg, log.Named("server"), deps, clusterID)
+	if err := srv.Start(); err != nil {
+		groups.Close()  // issue 3
+		offsets.Close() // issue 3
+		store.Close()
+		return nil, err
+	}
+	return &broker{store: store, srv: srv, groups: groups, offsets: offsets}, nil
 }
 
 func (b *broker) close(log *zap.Logger) {
@@ -120,6 +141,12 @@ func (b *broker) close(log *zap.Logger) {
 	defer cancel()
 	if err := b.srv.Close(ctx); err != nil {
 		log.Warn("server close", zap.Error(err))
+	}
+	// issue 3: the coordinator answers what is parked and waits for in-flight commits; then the
+	// offsets log is closed.
+	b.groups.Close()
+	if err := b.offsets.Close(); err != nil {
+		log.Warn("offset store close", zap.Error(err))
 	}
 	if err := b.store.Close(); err != nil {
 		log.Warn("storage close", zap.Error(err))

@@ -1,0 +1,224 @@
+// Package group is the classic (pre-KIP-848) consumer-group coordinator: JoinGroup, SyncGroup,
+// Heartbeat and LeaveGroup drive a per-group state machine, and committed offsets go through a
+// durable Store. It follows Apache Kafka's GroupCoordinator (core/.../group/GroupCoordinator.scala)
+// error for error; deviations are called out where they are made.
+//
+// Concurrency: every group is a mailbox (group.do) drained by at most one goroutine at a time, so
+// a group's state is only ever touched by one goroutine and needs no lock; the goroutine exists
+// only while the mailbox has work, so idle groups cost nothing. Handlers never wait: the API
+// methods enqueue and return, and the reply callback is called later (exactly once) from the
+// group's goroutine, a timer, or the store's writer goroutine. Nothing here blocks a caller for a
+// rebalance.
+package group
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage"
+)
+
+// Store is what the coordinator needs from durable offset storage (*storage.GroupStore). The
+// async methods call done exactly once, after the change is fsync'd (nil) or failed; a failed
+// change is never visible.
+type Store interface {
+	CommitAsync(group string, offs []storage.GroupOffset, done func(error))
+	DeleteGroupAsync(group string, done func(error))
+	DeleteOffsetsAsync(group string, parts []storage.GroupPartition, done func(error))
+	Offset(group, topic string, partition int32) (storage.GroupOffset, bool)
+	Offsets(group string) []storage.GroupOffset
+	HasGroup(group string) bool
+	Groups() []string
+	// HasPending reports staged transactional offsets (TxnOffsetCommit, issue 4) for the partition.
+	HasPending(group, topic string, partition int32) bool
+}
+
+// Config holds the group.* broker settings.
+type Config struct {
+	InitialRebalanceDelay time.Duration // group.initial.rebalance.delay.ms
+	MinSessionTimeout     time.Duration // group.min.session.timeout.ms
+	MaxSessionTimeout     time.Duration // group.max.session.timeout.ms
+	MaxSize               int           // group.max.size
+}
+
+// newMemberJoinTimeout bounds how long a new member's JoinGroup may wait in a rebalance before it
+// is dropped (Apache GroupCoordinator.NewMemberJoinTimeoutMs): a new member has no id to heartbeat
+// with, and a client that timed out would otherwise leave a defunct member behind.
+const newMemberJoinTimeout = 5 * time.Minute
+
+var (
+	mRebalances     = metrics.NewCounter(`kaas_group_rebalances_total`)
+	mMembersExpired = metrics.NewCounter(`kaas_group_members_expired_total`)
+	mCommitFailures = metrics.NewCounter(`kaas_group_offset_commit_failures_total`)
+)
+
+// Coordinator owns every group this broker coordinates.
+type Coordinator struct {
+	cfg   Config
+	store Store
+	log   *zap.Logger
+
+	mu     sync.Mutex
+	groups map[string]*group
+	closed bool
+
+	inflight sync.WaitGroup // store operations whose callbacks have not run yet
+}
+
+// New builds a coordinator over store. log may be nil.
+func New(cfg Config, store Store, log *zap.Logger) *Coordinator {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if cfg.MaxSize <= 0 {
+		cfg.MaxSize = int(^uint32(0) >> 1)
+	}
+	return &Coordinator{cfg: cfg, store: store, log: log.Named("groups"), groups: make(map[string]*group)}
+}
+
+// Start makes the coordinator serve. Committed offsets are already loaded by the store, so groups
+// that only have offsets are served (OffsetFetch, ListGroups, DescribeGroups) without any member
+// rejoining; their in-memory state is created on first use.
+func (c *Coordinator) Start() error { return nil }
+
+// Close unloads every group: timers stop, requests parked in a rebalance are answered
+// NOT_COORDINATOR (as Apache does when a coordinator resigns), later requests get NOT_COORDINATOR,
+// and Close returns once every in-flight offset write has been acknowledged. Close the server first
+// and the store after.
+func (c *Coordinator) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	gs := make([]*group, 0, len(c.groups))
+	for _, g := range c.groups {
+		gs = append(gs, g)
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, g := range gs {
+		wg.Add(1)
+		g.do(func() {
+			defer wg.Done()
+			g.unload()
+		})
+	}
+	wg.Wait()
+	c.inflight.Wait()
+}
+
+func (c *Coordinator) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// lookup returns the group, materialising an Empty group for one that only has committed offsets
+// (Apache loads those from __consumer_offsets), or creating one if create is set. nil means the
+// group does not exist (or the coordinator is closed).
+func (c *Coordinator) lookup(id string, create bool) *group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	if g := c.groups[id]; g != nil {
+		return g
+	}
+	if !create && !c.store.HasGroup(id) {
+		return nil
+	}
+	g := newGroup(c, id)
+	c.groups[id] = g
+	return g
+}
+
+// forget removes g from the coordinator if it is still the registered group for its id.
+func (c *Coordinator) forget(g *group) {
+	c.mu.Lock()
+	if c.groups[g.id] == g {
+		delete(c.groups, g.id)
+	}
+	c.mu.Unlock()
+}
+
+// ListedGroup is one ListGroups entry.
+type ListedGroup struct {
+	Group        string
+	ProtocolType string
+	State        string
+}
+
+// ListGroups lists every group in memory plus every group that only has committed offsets (Apache
+// loads those too, so they are listed as Empty), sorted by id. states filters by state name
+// (case-insensitive, KIP-518); empty means all.
+func (c *Coordinator) ListGroups(states []string) []ListedGroup {
+	want := func(st string) bool {
+		if len(states) == 0 {
+			return true
+		}
+		for _, s := range states {
+			if equalFold(s, st) {
+				return true
+			}
+		}
+		return false
+	}
+	seen := make(map[string]bool)
+	var out []ListedGroup
+	c.mu.Lock()
+	for id, g := range c.groups {
+		p := g.pub.Load()
+		if p.state == Dead {
+			continue
+		}
+		seen[id] = true
+		if want(p.state.String()) {
+			out = append(out, ListedGroup{Group: id, ProtocolType: p.protocolType, State: p.state.String()})
+		}
+	}
+	c.mu.Unlock()
+	for _, id := range c.store.Groups() {
+		if !seen[id] && want(Empty.String()) {
+			out = append(out, ListedGroup{Group: id, State: Empty.String()})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// storeErrorCode maps a failed offset write to the code Apache answers for a failed append to
+// __consumer_offsets (KAFKA_STORAGE_ERROR → NOT_COORDINATOR, GroupMetadataManager.storeOffsets):
+// retriable, and never a success.
+func storeErrorCode(err error) int16 {
+	if err == nil {
+		return codec.CodeNone
+	}
+	return codec.CodeNotCoordinator
+}

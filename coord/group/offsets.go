@@ -1,0 +1,310 @@
+package group
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage"
+)
+
+// MaxMetadataBytes is offset.metadata.max.bytes (Apache default 4096): longer commit metadata is
+// answered OFFSET_METADATA_TOO_LARGE for that partition.
+const MaxMetadataBytes = 4096
+
+// Commit identifies who commits: a group member (generation >= 0 or a member id / instance id)
+// is validated against the group; generation -1 with no member id is a "simple" commit from a
+// manual-assign consumer, allowed only while the group has no members.
+type Commit struct {
+	Group      string
+	Generation int32
+	MemberID   string
+	InstanceID string
+}
+
+// CommitOffsets validates the committer and durably stores offs; done gets one code for the whole
+// request (Apache answers every partition with the same validation or storage error): NONE only
+// after the offsets are fsync'd. done may run on another goroutine.
+func (c *Coordinator) CommitOffsets(cm Commit, offs []storage.GroupOffset, done func(code int16)) {
+	g := c.lookup(cm.Group, false)
+	if g == nil {
+		if c.isClosed() {
+			done(codec.CodeNotCoordinator)
+			return
+		}
+		if cm.Generation >= 0 {
+			// A generation for a group we do not know: a member of a generation that is gone.
+			done(codec.CodeIllegalGeneration)
+			return
+		}
+		if g = c.lookup(cm.Group, true); g == nil {
+			done(codec.CodeNotCoordinator)
+			return
+		}
+	}
+	now := time.Now().UnixMilli()
+	for i := range offs {
+		if offs[i].CommitTimeMs == 0 {
+			offs[i].CommitTimeMs = now
+		}
+	}
+	g.do(func() {
+		if g.unloaded {
+			done(codec.CodeNotCoordinator)
+			return
+		}
+		if code := g.validateCommit(cm, false); code != codec.CodeNone {
+			done(code)
+			return
+		}
+		switch g.state {
+		case Empty:
+		case Stable, PreparingRebalance:
+			// Still allowed while preparing: the member learns of the rebalance from its next
+			// heartbeat. A commit counts as a sign of life.
+			m := g.members[cm.MemberID]
+			g.scheduleHeartbeat(m, m.sessionTimeout)
+		case CompletingRebalance:
+			// The member has the new generation from JoinGroup but no assignment yet.
+			done(codec.CodeRebalanceInProgress)
+			return
+		default:
+			done(codec.CodeCoordinatorNotAvailable)
+			return
+		}
+		c.inflight.Add(1)
+		c.store.CommitAsync(g.id, offs, func(err error) {
+			defer c.inflight.Done()
+			if err != nil {
+				mCommitFailures.Inc()
+				g.log.Warn("offset commit failed", zap.Error(err))
+			}
+			done(storeErrorCode(err))
+		})
+	})
+}
+
+// validateCommit is Apache validateOffsetCommit. transactional relaxes the "only members may
+// commit to a non-empty group" rule (TxnOffsetCommit v0-2 carry no member; issue 4).
+func (g *group) validateCommit(cm Commit, transactional bool) int16 {
+	if g.state == Dead {
+		return codec.CodeCoordinatorNotAvailable
+	}
+	if cm.Generation >= 0 || cm.MemberID != "" || cm.InstanceID != "" {
+		if code := g.validateMember(cm.MemberID, cm.InstanceID); code != codec.CodeNone {
+			return code
+		}
+		if cm.Generation != g.generation {
+			return codec.CodeIllegalGeneration
+		}
+		return codec.CodeNone
+	}
+	if !transactional && g.state != Empty {
+		return codec.CodeUnknownMemberID
+	}
+	return codec.CodeNone
+}
+
+// FetchedOffset is one OffsetFetch partition result.
+type FetchedOffset struct {
+	Topic       string
+	Partition   int32
+	Offset      int64 // -1 when nothing is committed
+	LeaderEpoch int32 // -1 when unknown
+	Metadata    string
+	Code        int16
+}
+
+// FetchOffsets answers OffsetFetch for one group: parts nil means every committed partition.
+// Offsets are returned whatever the group's state (Apache: the group may not use Kafka for
+// membership at all). With requireStable (KIP-447), a partition with pending transactional
+// offsets answers UNSTABLE_OFFSET_COMMIT so the consumer retries instead of reading a stale
+// position. It does not block: it reads the store's durable in-memory set.
+func (c *Coordinator) FetchOffsets(group string, parts []storage.GroupPartition, requireStable bool) (int16, []FetchedOffset) {
+	if c.isClosed() {
+		return codec.CodeNotCoordinator, nil
+	}
+	var out []FetchedOffset
+	res := func(o storage.GroupOffset, ok bool, topic string, partition int32) FetchedOffset {
+		if requireStable && c.store.HasPending(group, topic, partition) {
+			return FetchedOffset{Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: -1, Code: codec.CodeUnstableOffsetCommit}
+		}
+		if !ok {
+			return FetchedOffset{Topic: topic, Partition: partition, Offset: -1, LeaderEpoch: -1}
+		}
+		return FetchedOffset{Topic: topic, Partition: partition, Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, Metadata: o.Metadata}
+	}
+	if parts == nil {
+		for _, o := range c.store.Offsets(group) {
+			out = append(out, res(o, true, o.Topic, o.Partition))
+		}
+		return codec.CodeNone, out
+	}
+	out = make([]FetchedOffset, 0, len(parts))
+	for _, p := range parts {
+		o, ok := c.store.Offset(group, p.Topic, p.Partition)
+		out = append(out, res(o, ok, p.Topic, p.Partition))
+	}
+	return codec.CodeNone, out
+}
+
+// DeleteOffsets serves OffsetDelete (KIP-496): an Empty group may drop any offsets; a consumer
+// group with members may drop only those of topics no member subscribes to (others get
+// GROUP_SUBSCRIBED_TO_TOPIC); a non-consumer group with members gets NON_EMPTY_GROUP. done gets the
+// group-level code and, when that is NONE, a code per requested partition.
+func (c *Coordinator) DeleteOffsets(group string, parts []storage.GroupPartition, done func(code int16, partCodes []int16)) {
+	g := c.lookup(group, false)
+	if g == nil {
+		if c.isClosed() {
+			done(codec.CodeNotCoordinator, nil)
+		} else {
+			done(codec.CodeGroupIDNotFound, nil)
+		}
+		return
+	}
+	g.do(func() {
+		if g.unloaded {
+			done(codec.CodeNotCoordinator, nil)
+			return
+		}
+		codes := make([]int16, len(parts))
+		var eligible []storage.GroupPartition
+		switch g.state {
+		case Dead:
+			done(codec.CodeGroupIDNotFound, nil)
+			return
+		case Empty:
+			eligible = parts
+		default:
+			if g.protocolType != "consumer" {
+				done(codec.CodeNonEmptyGroup, nil)
+				return
+			}
+			for i, p := range parts {
+				if g.isSubscribedTo(p.Topic) {
+					codes[i] = codec.CodeGroupSubscribedToTopic
+				} else {
+					eligible = append(eligible, p)
+				}
+			}
+		}
+		if len(eligible) == 0 {
+			done(codec.CodeNone, codes)
+			return
+		}
+		c.inflight.Add(1)
+		c.store.DeleteOffsetsAsync(g.id, eligible, func(err error) {
+			defer c.inflight.Done()
+			if err != nil {
+				g.log.Warn("offset delete failed", zap.Error(err))
+				done(storeErrorCode(err), nil)
+				return
+			}
+			done(codec.CodeNone, codes)
+		})
+	})
+}
+
+// DeleteGroup serves DeleteGroups for one group: only an Empty group may be deleted (else
+// NON_EMPTY_GROUP); its offsets are removed durably before done(NONE).
+func (c *Coordinator) DeleteGroup(group string, done func(code int16)) {
+	g := c.lookup(group, false)
+	if g == nil {
+		if c.isClosed() {
+			done(codec.CodeNotCoordinator)
+		} else {
+			done(codec.CodeGroupIDNotFound)
+		}
+		return
+	}
+	g.do(func() {
+		switch {
+		case g.unloaded:
+			done(codec.CodeNotCoordinator)
+			return
+		case g.state == Dead:
+			done(codec.CodeGroupIDNotFound)
+			return
+		case g.state != Empty:
+			done(codec.CodeNonEmptyGroup)
+			return
+		}
+		// Dead until the delete is durable: requests racing with it get
+		// COORDINATOR_NOT_AVAILABLE and retry against a fresh group afterwards.
+		g.transition(Dead)
+		g.stop(&g.join)
+		g.stop(&g.syncTimer)
+		c.inflight.Add(1)
+		c.store.DeleteGroupAsync(g.id, func(err error) {
+			defer c.inflight.Done()
+			if err != nil {
+				g.log.Warn("group delete failed", zap.Error(err))
+				g.do(func() {
+					if g.state == Dead {
+						g.transition(Empty)
+					}
+				})
+				done(storeErrorCode(err))
+				return
+			}
+			c.forget(g)
+			done(codec.CodeNone)
+		})
+	})
+}
+
+// DescribeGroup serves DescribeGroups for one group. Unknown groups are described as Dead with no
+// error (Apache, DescribeGroups v0-5). Member metadata and assignments are included only when
+// Stable, as Apache does.
+func (c *Coordinator) DescribeGroup(group string, done func(kmsg.DescribeGroupsResponseGroup)) {
+	dead := func() kmsg.DescribeGroupsResponseGroup {
+		d := kmsg.NewDescribeGroupsResponseGroup()
+		d.Group = group
+		d.State = Dead.String()
+		return d
+	}
+	g := c.lookup(group, false)
+	if g == nil {
+		d := dead()
+		if c.isClosed() {
+			d.ErrorCode = codec.CodeNotCoordinator
+		}
+		done(d)
+		return
+	}
+	g.do(func() {
+		if g.unloaded {
+			d := dead()
+			d.ErrorCode = codec.CodeNotCoordinator
+			done(d)
+			return
+		}
+		d := kmsg.NewDescribeGroupsResponseGroup()
+		d.Group = g.id
+		d.State = g.state.String()
+		d.ProtocolType = g.protocolType
+		if g.state == Stable {
+			d.Protocol = g.protocol
+		}
+		if g.state != Dead {
+			for _, m := range g.sortedMembers() {
+				dm := kmsg.NewDescribeGroupsResponseGroupMember()
+				dm.MemberID = m.id
+				if m.static() {
+					inst := m.instanceID
+					dm.InstanceID = &inst
+				}
+				dm.ClientID = m.clientID
+				dm.ClientHost = m.clientHost
+				if g.state == Stable {
+					dm.ProtocolMetadata = m.metadataFor(g.protocol)
+					dm.MemberAssignment = m.assignment
+				}
+				d.Members = append(d.Members, dm)
+			}
+		}
+		done(d)
+	})
+}
