@@ -23,6 +23,7 @@ import (
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
 
@@ -38,6 +39,9 @@ type Deps struct {
 	// Groups is the classic consumer-group coordinator (issue 3); nil answers the group APIs
 	// COORDINATOR_NOT_AVAILABLE.
 	Groups *group.Coordinator
+	// Txn is the transaction coordinator; nil answers the transactional APIs
+	// COORDINATOR_NOT_AVAILABLE.
+	Txn *txn.Coordinator
 }
 
 // Server is one broker's Kafka listener.
