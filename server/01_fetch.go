@@ -12,8 +12,10 @@ package server
 //     last stable offset at READ_COMMITTED (fetchUpperBound). A fetch offset in
 //     (upper bound, log end] returns no records and no error, like Apache.
 //   - Per partition: HighWatermark, LastStableOffset, LogStartOffset, PreferredReadReplica -1.
-//     AbortedTransactions is null at READ_UNCOMMITTED and a non-null (so far empty) list at
-//     READ_COMMITTED, as Apache sends.
+//     AbortedTransactions is null at READ_UNCOMMITTED; at READ_COMMITTED it is a non-null list of
+//     the aborted transactions overlapping the returned records (Apache's rule: lastOffset >=
+//     fetch offset and firstOffset < end of the last returned batch), so the consumer drops their
+//     data; empty when no records are returned.
 //   - Errors, checked in Apache's order: UNKNOWN_TOPIC_ID (v13+, id not known),
 //     TOPIC_AUTHORIZATION_FAILED (Read on the topic), UNKNOWN_TOPIC_OR_PARTITION,
 //     NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v9+ CurrentLeaderEpoch),
@@ -62,10 +64,10 @@ const fetchCloseCheck = 250 * time.Millisecond
 // isolationReadCommitted is Kafka's IsolationLevel.READ_COMMITTED.
 const isolationReadCommitted int8 = 1
 
-// lastStableOffset is the partition's LSO. No transactions are tracked in storage yet, so it is
-// the high watermark; once storage knows open transactions it becomes min(first unstable offset,
-// HWM) and every caller (Fetch, ListOffsets) follows.
-func lastStableOffset(p *storage.Partition) int64 { return p.HighWatermark() }
+// lastStableOffset is the partition's LSO: the first offset of the oldest transaction that is
+// still open (or whose marker is not durable yet), capped at the high watermark (storage keeps
+// the open-transaction queue; see storage/txn.go).
+func lastStableOffset(p *storage.Partition) int64 { return p.LastStableOffset() }
 
 // fetchUpperBound is the exclusive end of what a consumer at the given isolation level may read
 // (Kafka's FetchIsolation: HIGH_WATERMARK at READ_UNCOMMITTED, TXN_COMMITTED = LSO at
@@ -103,6 +105,8 @@ type fetchPartResult struct {
 	logStart int64
 	start    int
 	end      int
+	// aborted: READ_COMMITTED only — the aborted transactions overlapping the returned records.
+	aborted []storage.AbortedTxn
 }
 
 func (r *fetchPartResult) size() int { return r.end - r.start }
@@ -247,6 +251,12 @@ func (op *fetchOp) read() (total int, mustAnswer bool) {
 		}
 		op.buf.B = out[:start+keep]
 		r.end = len(op.buf.B)
+		if op.isolation == isolationReadCommitted && keep > 0 {
+			// Apache's overlap rule over what we actually return: every aborted transaction with
+			// lastOffset >= fetchOffset and firstOffset < the end of the last returned batch (a
+			// fetch that starts inside an aborted transaction must still learn about it: E).
+			r.aborted = p.AbortedTransactions(fp.fetchOffset, lastBatchEnd(op.buf.B[r.start:r.end]))
+		}
 		if keep > 0 {
 			minOne = false
 			limit = max(limit-keep, 0)
@@ -353,6 +363,8 @@ func (op *fetchOp) serverClosed() bool {
 	return s.closed
 }
 
+var emptyRecords = []byte{}
+
 // answer builds the response from the last read, replies, and recycles the buffer.
 func (op *fetchOp) answer() {
 	resp := kmsg.NewPtrFetchResponse()
@@ -386,8 +398,16 @@ func (op *fetchOp) answer() {
 			rp.LastStableOffset = r.lso
 			rp.LogStartOffset = r.logStart
 			if op.isolation == isolationReadCommitted && r.code == codec.CodeNone {
-				rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+				rp.AbortedTransactions = make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, len(r.aborted))
+				for k, a := range r.aborted {
+					at := &rp.AbortedTransactions[k]
+					*at = kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+					at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+				}
 			}
+			// An empty partition carries zero-length records, never null: librdkafka treats a
+			// null MessageSet (size -1) as a protocol error.
+			rp.RecordBatches = emptyRecords
 			if r.size() > 0 {
 				rp.RecordBatches = op.buf.B[r.start:r.end]
 			}
@@ -397,6 +417,20 @@ func (op *fetchOp) answer() {
 	op.rc.reply(resp) // encodes synchronously; the records are copied out of op.buf
 	fetchBufPool.Put(op.buf)
 	op.buf = nil
+}
+
+// lastBatchEnd is the offset after the last whole batch in b (b starts at a batch boundary).
+func lastBatchEnd(b []byte) int64 {
+	end := int64(-1)
+	for len(b) >= codec.BatchHeaderSize {
+		n := firstBatchLen(b)
+		if n <= 0 || n > len(b) {
+			break
+		}
+		end = codec.Batch(b[:n]).LastOffset() + 1
+		b = b[n:]
+	}
+	return end
 }
 
 // wholeBatchesWithin is the length of the longest prefix of b made of whole batches whose total

@@ -92,6 +92,8 @@ func (s *Server) Start() error {
 		gnet.WithWriteBufferCap(256 << 10),
 		gnet.WithLogger(s.log.Named("gnet").Sugar()),
 		gnet.WithTCPKeepAlive(time.Minute),
+		// A broker restarted after kill -9 must rebind while old connections sit in TIME_WAIT.
+		gnet.WithReuseAddr(true),
 	}
 	if s.cfg.NumEventLoops > 0 {
 		opts = append(opts, gnet.WithNumEventLoop(s.cfg.NumEventLoops))
