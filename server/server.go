@@ -222,6 +222,10 @@ type handler func(rc *reqCtx) (kmsg.Response, error)
 
 var handlers [128]handler
 
+// testHandlerHook lets tests wrap a handler (fault injection, kfake's ControlKey idea). It is set
+// only by tests, before any broker starts.
+var testHandlerHook func(key int16, h handler) handler
+
 // register binds an API key to its handler and advertises [min, max] in ApiVersions.
 func register(key kmsg.Key, min, max int16, h handler) {
 	if int(key) >= len(handlers) || handlers[key] != nil {
@@ -242,7 +246,11 @@ func (s *Server) handle(r *request) {
 	rc := &reqCtx{s: s, c: c, r: r, hdr: req.Header, req: req.Msg, start: time.Now()}
 	key := req.Header.Key
 	mRequests[key].Inc()
-	resp, herr := s.runHandler(rc, handlers[key])
+	h := handlers[key]
+	if testHandlerHook != nil {
+		h = testHandlerHook(key, h)
+	}
+	resp, herr := s.runHandler(rc, h)
 	if herr != nil {
 		c.closeWith("handler error", zap.String("api", kmsg.NameForKey(key)), zap.Error(herr))
 		r.release()
