@@ -16,6 +16,7 @@
 #   KAFKA_TOOLS_HEAP      -Xmx for `run` (default 512m)
 #   KAFKA_REF_HEAP        -Xms/-Xmx for the reference broker (default 1g)
 #   KAFKA_REF_CONTROLLER_PORT  controller listener port (default <port>+1)
+#   KAFKA_REF_EXTRA_PROPS extra broker properties (space-separated key=value)
 #   KAFKA_REF_TIMEOUT     seconds to wait for the reference broker to be ready (default 90)
 set -euo pipefail
 
@@ -126,6 +127,9 @@ cmd_ref_start() {
 		num.network.threads=2
 		num.io.threads=2
 	EOF
+	# KAFKA_REF_EXTRA_PROPS: extra server properties, space-separated key=value (e.g. the
+	# equal-durability run: log.flush.interval.messages=1).
+	for kv in ${KAFKA_REF_EXTRA_PROPS:-}; do echo "$kv" >>"$props"; done
 	if [[ ! -f "$dir/logs/meta.properties" ]]; then
 		# Static voters (controller.quorum.voters), so no --standalone. Re-running ref-start on a
 		# formatted dir restarts the same cluster (used by the kill -9 tests).

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -30,10 +31,30 @@ import (
 //	                         leaderEpoch varint, metadata str, commitTimeMs varint)
 //	       | 2 deleteGroup   group str
 //	       | 3 deleteOffsets group str, n uvarint, n × (topic str, partition varint)
-//	       | 4..6 reserved for transactional offsets (issue 4): stage (group, producerID, offsets),
-//	                         commit (group, producerID), abort (group, producerID). They will be
-//	                         replayed into a pending set next to the committed set.
+//	       | 4 stageTxn      group str, producerID varint, producerEpoch varint, n uvarint,
+//	                         n × (topic str, partition varint, offset varint, leaderEpoch varint,
+//	                         metadata str, commitTimeMs varint, flags u8)
+//	       | 5 commitTxn     group str, producerID varint
+//	       | 6 abortTxn      group str, producerID varint
 //	str    = uvarint length | bytes
+//	flags  = bit 0 "superseded": a plain commit for the partition was made after this staging
+//
+// Transactional offsets (KIP-98 TxnOffsetCommit, KIP-447). A staging is replayed into a pending
+// set keyed by (group, producerID), next to the committed set and invisible to Offset/Offsets;
+// later stagings for the same (group, producerID, partition) overwrite. commitTxn moves the whole
+// pending set of (group, producerID) into the committed set in one record (atomic by the frame
+// CRC) and drops it; abortTxn drops it. A partition whose staging was followed by a plain
+// OffsetCommit keeps the plain commit when the transaction commits: Apache materialises a
+// transactional offset only if its record is newer than the committed one
+// (GroupMetadata.completePendingTxnOffsetCommit / OffsetMetadataManager.replayEndTransactionMarker),
+// and the superseded flag is that comparison made durable, so it survives compaction (which
+// rewrites records in a different order). deleteOffsets and deleteGroup drop the pending offsets of
+// the partitions / group they delete (Apache's GroupMetadata.removeOffsets).
+//
+// Staged-but-not-completed offsets are durable like commits: they survive kill -9 and a restart,
+// and the transaction coordinator's reconcile pass (which re-drives every prepared transaction)
+// completes them through CompleteTxnOffsets. They are never dropped just because the broker
+// restarted (the reference system's memory-only pending layer turned a restart into at-least-once).
 //
 // Why one frame per batch: the writer goroutine takes everything queued while the previous fsync
 // ran, encodes it as ONE frame, writes it with one write(2) and fsyncs once (group commit), then
@@ -57,8 +78,9 @@ type GroupStore struct {
 	path string
 	log  *zap.Logger
 
-	mu     sync.RWMutex
-	groups map[string]map[GroupPartition]GroupOffset // fsync'd committed offsets only
+	mu      sync.RWMutex
+	groups  map[string]map[GroupPartition]GroupOffset // fsync'd committed offsets only
+	pending map[string]map[int64]*gsPending           // fsync'd staged transactional offsets
 
 	qmu     sync.Mutex
 	queue   []*gsOp
@@ -91,6 +113,17 @@ type GroupOffset struct {
 	CommitTimeMs int64
 }
 
+// gsPending is one (group, producerID)'s staged transactional offsets.
+type gsPending struct {
+	epoch int16 // highest producer epoch that staged into this set
+	offs  map[GroupPartition]gsPendingOffset
+}
+
+type gsPendingOffset struct {
+	GroupOffset
+	superseded bool // a plain commit for the partition came after this staging: it wins
+}
+
 // ErrGroupStoreClosed is returned for operations after Close.
 var ErrGroupStoreClosed = errors.New("group offset store is closed")
 
@@ -104,6 +137,9 @@ const (
 	gsOpCommit  = 1
 	gsOpDelGrp  = 2
 	gsOpDelOffs = 3
+	gsOpStage   = 4
+	gsOpTxnCmt  = 5
+	gsOpTxnAbrt = 6
 
 	gsDefaultCompactMin = 8 << 20
 )
@@ -125,7 +161,11 @@ type gsOp struct {
 	group string
 	offs  []GroupOffset
 	parts []GroupPartition
-	done  func(error)
+	// transactional ops
+	pid        int64
+	epoch      int16
+	superseded []bool // stage only, parallel to offs; nil = none (only compaction writes them)
+	done       func(error)
 }
 
 // OpenGroupStore opens (creating if needed) the offset store under dataDir/__cluster/consumer_offsets
@@ -143,6 +183,7 @@ func OpenGroupStore(dataDir string, log *zap.Logger) (*GroupStore, error) {
 		path:       filepath.Join(dir, gsFileName),
 		log:        log.Named("offsets"),
 		groups:     make(map[string]map[GroupPartition]GroupOffset),
+		pending:    make(map[string]map[int64]*gsPending),
 		wake:       make(chan struct{}, 1),
 		stopped:    make(chan struct{}),
 		compactMin: gsDefaultCompactMin,
@@ -280,10 +321,18 @@ func (s *GroupStore) apply(op *gsOp) {
 			s.groups[op.group] = g
 		}
 		for _, o := range op.offs {
-			g[GroupPartition{o.Topic, o.Partition}] = o
+			gp := GroupPartition{o.Topic, o.Partition}
+			g[gp] = o
+			for _, p := range s.pending[op.group] {
+				if po, ok := p.offs[gp]; ok {
+					po.superseded = true
+					p.offs[gp] = po
+				}
+			}
 		}
 	case gsOpDelGrp:
 		delete(s.groups, op.group)
+		delete(s.pending, op.group)
 	case gsOpDelOffs:
 		g := s.groups[op.group]
 		for _, p := range op.parts {
@@ -291,6 +340,58 @@ func (s *GroupStore) apply(op *gsOp) {
 		}
 		if len(g) == 0 {
 			delete(s.groups, op.group)
+		}
+		pg := s.pending[op.group]
+		for pid, pe := range pg {
+			for _, p := range op.parts {
+				delete(pe.offs, p)
+			}
+			if len(pe.offs) == 0 {
+				delete(pg, pid)
+			}
+		}
+		if len(pg) == 0 {
+			delete(s.pending, op.group)
+		}
+	case gsOpStage:
+		pg := s.pending[op.group]
+		if pg == nil {
+			pg = make(map[int64]*gsPending)
+			s.pending[op.group] = pg
+		}
+		pe := pg[op.pid]
+		if pe == nil {
+			pe = &gsPending{epoch: op.epoch, offs: make(map[GroupPartition]gsPendingOffset, len(op.offs))}
+			pg[op.pid] = pe
+		}
+		pe.epoch = max(pe.epoch, op.epoch)
+		for i, o := range op.offs {
+			pe.offs[GroupPartition{o.Topic, o.Partition}] = gsPendingOffset{GroupOffset: o,
+				superseded: op.superseded != nil && op.superseded[i]}
+		}
+	case gsOpTxnCmt, gsOpTxnAbrt:
+		pg := s.pending[op.group]
+		pe := pg[op.pid]
+		if pe == nil {
+			return // nothing staged: completion is idempotent
+		}
+		delete(pg, op.pid)
+		if len(pg) == 0 {
+			delete(s.pending, op.group)
+		}
+		if op.kind == gsOpTxnAbrt {
+			return
+		}
+		g := s.groups[op.group]
+		for gp, po := range pe.offs {
+			if po.superseded {
+				continue
+			}
+			if g == nil {
+				g = make(map[GroupPartition]GroupOffset, len(pe.offs))
+				s.groups[op.group] = g
+			}
+			g[gp] = po.GroupOffset
 		}
 	}
 }
@@ -322,6 +423,25 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 			b = gsAppendStr(b, p.Topic)
 			b = binary.AppendVarint(b, int64(p.Partition))
 		}
+	case gsOpStage:
+		b = binary.AppendVarint(b, op.pid)
+		b = binary.AppendVarint(b, int64(op.epoch))
+		b = binary.AppendUvarint(b, uint64(len(op.offs)))
+		for i, o := range op.offs {
+			b = gsAppendStr(b, o.Topic)
+			b = binary.AppendVarint(b, int64(o.Partition))
+			b = binary.AppendVarint(b, o.Offset)
+			b = binary.AppendVarint(b, int64(o.LeaderEpoch))
+			b = gsAppendStr(b, o.Metadata)
+			b = binary.AppendVarint(b, o.CommitTimeMs)
+			var flags byte
+			if op.superseded != nil && op.superseded[i] {
+				flags |= 1
+			}
+			b = append(b, flags)
+		}
+	case gsOpTxnCmt, gsOpTxnAbrt:
+		b = binary.AppendVarint(b, op.pid)
 	}
 	return b
 }
@@ -363,6 +483,16 @@ func (r *gsReader) varint() int64 {
 	}
 	r.b = r.b[n:]
 	return v
+}
+
+func (r *gsReader) byte1() byte {
+	if len(r.b) == 0 {
+		r.err = true
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
 }
 
 func (r *gsReader) str() string {
@@ -415,6 +545,39 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 				gp.Partition = int32(r.varint())
 				op.parts = append(op.parts, gp)
 			}
+		case gsOpStage:
+			op.pid = r.varint()
+			op.epoch = int16(r.varint())
+			n := r.uvarint()
+			if n > uint64(len(r.b)) {
+				return nil, gsErrDecode
+			}
+			op.offs = make([]GroupOffset, 0, n)
+			for i := uint64(0); i < n && !r.err; i++ {
+				var o GroupOffset
+				o.Topic = r.str()
+				o.Partition = int32(r.varint())
+				o.Offset = r.varint()
+				o.LeaderEpoch = int32(r.varint())
+				o.Metadata = r.str()
+				o.CommitTimeMs = r.varint()
+				switch r.byte1() {
+				case 0:
+					if op.superseded != nil {
+						op.superseded = append(op.superseded, false)
+					}
+				case 1:
+					if op.superseded == nil {
+						op.superseded = make([]bool, len(op.offs), n)
+					}
+					op.superseded = append(op.superseded, true)
+				default:
+					return nil, fmt.Errorf("%w: unknown offset flags", gsErrDecode)
+				}
+				op.offs = append(op.offs, o)
+			}
+		case gsOpTxnCmt, gsOpTxnAbrt:
+			op.pid = r.varint()
 		default:
 			return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
 		}
@@ -426,23 +589,49 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 	return ops, nil
 }
 
-// snapshot appends the live committed set as frames (one commit op per group) to b.
+// snapshot appends the live state as frames to b: per group one frame holding its commit op (if
+// it has committed offsets) followed by one stage op per producer with pending offsets, carrying
+// the producer epoch and the superseded flags, so replaying the snapshot rebuilds exactly the
+// committed and pending sets (compaction carries open transactions).
 func (s *GroupStore) snapshot(b []byte) []byte {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	names := make([]string, 0, len(s.groups))
+	names := make([]string, 0, len(s.groups)+len(s.pending))
 	for g := range s.groups {
 		names = append(names, g)
+	}
+	for g := range s.pending {
+		if _, ok := s.groups[g]; !ok {
+			names = append(names, g)
+		}
 	}
 	sort.Strings(names)
 	for _, name := range names {
 		start := len(b)
 		b = append(b, make([]byte, gsFrameHdr)...)
-		op := &gsOp{kind: gsOpCommit, group: name}
-		for _, o := range s.groups[name] {
-			op.offs = append(op.offs, o)
+		if g := s.groups[name]; len(g) > 0 {
+			op := &gsOp{kind: gsOpCommit, group: name}
+			for _, o := range g {
+				op.offs = append(op.offs, o)
+			}
+			b = gsAppendOp(b, op)
 		}
-		b = gsAppendOp(b, op)
+		pg := s.pending[name]
+		pids := make([]int64, 0, len(pg))
+		for pid := range pg {
+			pids = append(pids, pid)
+		}
+		slices.Sort(pids)
+		for _, pid := range pids {
+			pe := pg[pid]
+			op := &gsOp{kind: gsOpStage, group: name, pid: pid, epoch: pe.epoch,
+				offs: make([]GroupOffset, 0, len(pe.offs)), superseded: make([]bool, 0, len(pe.offs))}
+			for _, po := range pe.offs {
+				op.offs = append(op.offs, po.GroupOffset)
+				op.superseded = append(op.superseded, po.superseded)
+			}
+			b = gsAppendOp(b, op)
+		}
 		b = gsFinishFrame(b, start)
 	}
 	return b
@@ -639,39 +828,126 @@ func (s *GroupStore) Offsets(group string) []GroupOffset {
 		out = append(out, o)
 	}
 	s.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic < out[j].Topic
-		}
-		return out[i].Partition < out[j].Partition
-	})
+	sortOffsets(out)
 	return out
 }
 
-// HasGroup reports whether group has at least one committed offset.
+// HasGroup reports whether group has at least one committed offset or an open transaction's
+// staged offsets (Apache loads a group that only has pending transactional offsets as Empty).
 func (s *GroupStore) HasGroup(group string) bool {
 	s.mu.RLock()
 	_, ok := s.groups[group]
+	if !ok {
+		_, ok = s.pending[group]
+	}
 	s.mu.RUnlock()
 	return ok
 }
 
-// Groups lists every group with committed offsets, sorted.
+// Groups lists every group with committed or pending offsets, sorted.
 func (s *GroupStore) Groups() []string {
 	s.mu.RLock()
-	out := make([]string, 0, len(s.groups))
+	out := make([]string, 0, len(s.groups)+len(s.pending))
 	for g := range s.groups {
 		out = append(out, g)
+	}
+	for g := range s.pending {
+		if _, ok := s.groups[g]; !ok {
+			out = append(out, g)
+		}
 	}
 	s.mu.RUnlock()
 	sort.Strings(out)
 	return out
 }
 
+// StageTxnOffsets durably stages offs as producerID's transactional offsets for group
+// (TxnOffsetCommit) and calls done once they are fsync'd (nil) or could not be (nothing changed).
+// Staged offsets are invisible to Offset/Offsets until CompleteTxnOffsets commits them; a later
+// staging for the same (group, producerID, partition) overwrites the earlier one. producerEpoch is
+// kept (the highest seen) with the staged set for the coordinator's fencing. Ordered with every
+// other operation; done runs on the writer goroutine and must not block.
+func (s *GroupStore) StageTxnOffsets(group string, producerID int64, producerEpoch int16, offsets []GroupOffset, done func(error)) {
+	s.enqueue(&gsOp{kind: gsOpStage, group: group, pid: producerID, epoch: producerEpoch, offs: offsets, done: done})
+}
+
+// CompleteTxnOffsets ends producerID's transaction for group: commit moves every staged offset
+// into the committed set in one durable record (a partition committed by a plain OffsetCommit after
+// its staging keeps the plain commit, as in Apache), abort discards them. Idempotent: with nothing
+// staged it changes nothing (still acknowledged only once durable, so it is ordered after every
+// earlier staging). done runs on the writer goroutine and must not block.
+func (s *GroupStore) CompleteTxnOffsets(group string, producerID int64, commit bool, done func(error)) {
+	kind := byte(gsOpTxnAbrt)
+	if commit {
+		kind = gsOpTxnCmt
+	}
+	s.enqueue(&gsOp{kind: kind, group: group, pid: producerID, done: done})
+}
+
 // HasPending reports whether group has transactional offsets staged for the partition and not
-// yet committed or aborted (OffsetFetch require_stable answers UNSTABLE_OFFSET_COMMIT then).
-// TxnOffsetCommit (issue 4) adds the pending set; until then nothing is ever pending.
-func (s *GroupStore) HasPending(group, topic string, partition int32) bool { return false }
+// yet committed or aborted (OffsetFetch require_stable answers UNSTABLE_OFFSET_COMMIT then, per
+// partition, as Apache's hasPendingOffsetCommitsForTopicPartition).
+func (s *GroupStore) HasPending(group, topic string, partition int32) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	gp := GroupPartition{topic, partition}
+	for _, pe := range s.pending[group] {
+		if _, ok := pe.offs[gp]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// PendingProducers lists, sorted, the producer ids with staged offsets in group (open
+// transactions the transaction coordinator still has to complete).
+func (s *GroupStore) PendingProducers(group string) []int64 {
+	s.mu.RLock()
+	out := make([]int64, 0, len(s.pending[group]))
+	for pid := range s.pending[group] {
+		out = append(out, pid)
+	}
+	s.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// PendingEpoch returns the highest producer epoch that staged offsets for (group, producerID) in
+// the open transaction, if any.
+func (s *GroupStore) PendingEpoch(group string, producerID int64) (int16, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	pe := s.pending[group][producerID]
+	if pe == nil {
+		return 0, false
+	}
+	return pe.epoch, true
+}
+
+// PendingOffsets returns (group, producerID)'s staged offsets, sorted by topic then partition.
+func (s *GroupStore) PendingOffsets(group string, producerID int64) []GroupOffset {
+	s.mu.RLock()
+	pe := s.pending[group][producerID]
+	var out []GroupOffset
+	if pe != nil {
+		out = make([]GroupOffset, 0, len(pe.offs))
+		for _, po := range pe.offs {
+			out = append(out, po.GroupOffset)
+		}
+	}
+	s.mu.RUnlock()
+	sortOffsets(out)
+	return out
+}
+
+func sortOffsets(out []GroupOffset) {
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+}
 
 // Close stops the writer after every queued operation completed and closes the file.
 func (s *GroupStore) Close() error {

@@ -22,6 +22,7 @@ type tb struct {
 	n     int   // records, default 1
 	ts    int64 // first record timestamp; record i has ts+i
 	value int   // value size, default 10
+	txn   bool  // transactional
 }
 
 // makeBatch encodes a v2 batch with kmsg and checks it with codec.ValidateProduce, as a produce
@@ -49,7 +50,11 @@ func makeBatch(t testing.TB, o tb) codec.Batch {
 		r.Length = int32(len(body) - 1) // the zero length varint is one byte
 		recs = r.AppendTo(recs)
 	}
-	rb := kmsg.RecordBatch{
+	var attrs int16
+	if o.txn {
+		attrs = codec.AttrTransactional
+	}
+	rb := kmsg.RecordBatch{Attributes: attrs,
 		Length: int32(codec.BatchHeaderSize - codec.LogOverhead + len(recs)), PartitionLeaderEpoch: -1, Magic: 2,
 		LastOffsetDelta: int32(o.n - 1), FirstTimestamp: o.ts, MaxTimestamp: o.ts + int64(o.n-1),
 		ProducerID: o.pid, ProducerEpoch: epoch, FirstSequence: seq, NumRecords: int32(o.n), Records: recs,
@@ -170,6 +175,7 @@ type faultFS struct {
 	syncErr   error
 	syncs     atomic.Int64
 	syncDelay time.Duration
+	gate      chan struct{} // when set, Sync blocks until it is closed
 }
 
 func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -206,8 +212,11 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 func (f *faultFile) Sync() error {
 	f.fs.syncs.Add(1)
 	f.fs.mu.Lock()
-	err, d := f.fs.syncErr, f.fs.syncDelay
+	err, d, gate := f.fs.syncErr, f.fs.syncDelay, f.fs.gate
 	f.fs.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	if d > 0 {
 		time.Sleep(d) // simulated disk latency, not a wait for state
 	}

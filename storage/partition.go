@@ -73,10 +73,11 @@ type Partition struct {
 	mu            sync.Mutex
 	active        *segment
 	producers     *producerState
-	leoLocal      int64 // == leo, owned by mu
-	durableEnd    int64 // == hwm, owned by mu
-	durablePos    int64 // position in active of durableEnd
-	flushedMaxTs  int64 // active segment's max timestamp as of the last fsync
+	txn           txnIndex // LSO queue and aborted index (txn.go); written under mu, read under txn.mu
+	leoLocal      int64    // == leo, owned by mu
+	durableEnd    int64    // == hwm, owned by mu
+	durablePos    int64    // position in active of durableEnd
+	flushedMaxTs  int64    // active segment's max timestamp as of the last fsync
 	flushedMaxOff int64
 	dirtyTail     bool // a failed write could not be truncated away yet
 	fsyncFailed   bool // see repairLocked
@@ -164,6 +165,12 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 //     HWM = LEO.
 //  3. Producer state = newest valid snapshot at or below LEO, then the batch headers from the
 //     snapshot offset to LEO are replayed. Nothing depends on a clean shutdown.
+//  4. Transactions: open transactions come from the snapshot + replay (a transaction whose marker
+//     never made it keeps the LSO pinned at its first offset until the coordinator writes it).
+//     The aborted index is the union of the closed segments' .txnindex files, the snapshot's tail
+//     (the active segment at snapshot time) and the replay. If a closed segment's .txnindex is
+//     missing or invalid, the replay starts from a snapshot at or below that segment (or the log
+//     start), which covers it, and the file is rewritten.
 func (p *Partition) recoverLog() error {
 	ents, err := os.ReadDir(p.dir)
 	if err != nil {
@@ -187,6 +194,13 @@ func (p *Partition) recoverLog() error {
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	var segs []*segment
+	var loadedAborted []AbortedTxn     // from the closed segments' .txnindex files
+	var rewriteTxn []*segment          // closed segments whose .txnindex must be rebuilt
+	badTxnBase := int64(math.MaxInt64) // base of the first of them
+	markBad := func(seg *segment) {
+		rewriteTxn = append(rewriteTxn, seg)
+		badTxnBase = min(badTxnBase, seg.base)
+	}
 	if len(bases) == 0 {
 		seg, err := p.createSegment(0)
 		if err != nil {
@@ -215,11 +229,19 @@ func (p *Partition) recoverLog() error {
 			if err := seg.f.Sync(); err != nil {
 				return err
 			}
+			// A .txnindex of the active segment is left from a roll that did not complete; the
+			// replay covers this segment.
+			_ = os.Remove(seg.path(".txnindex"))
 			continue
 		}
 		st, err := f.Stat()
 		if err != nil {
 			return err
+		}
+		if ents, ok := seg.loadTxnIndex(bases[i+1]); ok {
+			loadedAborted = append(loadedAborted, ents...)
+		} else {
+			markBad(seg)
 		}
 		if seg.loadIndexes(st.Size(), bases[i+1]) {
 			continue
@@ -233,6 +255,9 @@ func (p *Partition) recoverLog() error {
 			// Offsets past the cut stay a gap; later segments are intact and readable.
 			p.log.Error("truncated corrupt closed segment", zap.Int64("segment", base), zap.Int64("bytes", cut))
 			_ = seg.f.Sync()
+			if len(rewriteTxn) == 0 || rewriteTxn[len(rewriteTxn)-1] != seg {
+				markBad(seg) // its .txnindex may name markers that were cut
+			}
 		}
 		seg.mu.Lock()
 		seg.next = bases[i+1]
@@ -251,24 +276,47 @@ func (p *Partition) recoverLog() error {
 	p.durableEnd = next
 	p.hwm.Store(next)
 	p.logStart.Store(segs[0].base)
-	return p.rebuildProducersLocked(next)
-}
-
-// rebuildProducersLocked loads the newest snapshot at or below end and replays [snapshot, end).
-func (p *Partition) rebuildProducersLocked(end int64) error {
-	ps, from := loadNewestSnapshot(p.dir, end)
-	if ls := p.logStart.Load(); from < ls {
-		from = ls
-	}
-	if err := p.replay(ps, from, end); err != nil {
+	if err := p.rebuildProducersLocked(next, min(next, badTxnBase), loadedAborted); err != nil {
 		return err
 	}
-	p.producers = ps
+	for _, seg := range rewriteTxn {
+		segNext, _, _ := seg.stats()
+		if err := seg.writeTxnIndex(p.txn.abortedRange(seg.base, segNext)); err != nil {
+			p.log.Warn("cannot rewrite transaction index", zap.Int64("segment", seg.base), zap.Error(err))
+		} else {
+			p.log.Info("rebuilt transaction index", zap.Int64("segment", seg.base))
+		}
+	}
 	return nil
 }
 
-// replay feeds the headers of every batch in [from, end) to the producer state.
-func (p *Partition) replay(ps *producerState, from, end int64) error {
+// rebuildProducersLocked loads the newest snapshot at or below snapMax (<= end), replays
+// [snapshot, end) and installs the producer state and transaction index. keep are aborted-index
+// entries known from elsewhere (closed segments' .txnindex, or the in-memory index before a
+// repair); only those below the replay start are used, the replay being authoritative after it.
+func (p *Partition) rebuildProducersLocked(end, snapMax int64, keep []AbortedTxn) error {
+	ps, from := loadNewestSnapshot(p.dir, snapMax)
+	ls := p.logStart.Load()
+	if from < ls {
+		from = ls
+	}
+	var replayed []AbortedTxn
+	if err := p.replay(ps, from, end, func(a AbortedTxn) { replayed = append(replayed, a) }); err != nil {
+		return err
+	}
+	var before []AbortedTxn
+	for _, a := range keep {
+		if a.LastOffset < from {
+			before = append(before, a)
+		}
+	}
+	p.installProducersLocked(ps, mergeAborted(ls, end, replayed, ps.snapTail, before))
+	return nil
+}
+
+// replay feeds every batch in [from, end) to the producer state: headers only, except control
+// batches (markers), which are read whole. onAbort receives each aborted transaction it completes.
+func (p *Partition) replay(ps *producerState, from, end int64, onAbort func(AbortedTxn)) error {
 	for _, seg := range *p.segs.Load() {
 		next, _, _ := seg.stats()
 		if next <= from || seg.base >= end {
@@ -278,7 +326,7 @@ func (p *Partition) replay(ps *producerState, from, end int64) error {
 		if from > seg.base {
 			pos = seg.lookup(from)
 		}
-		r := batchReader{f: seg.f, pos: pos, end: seg.size.Load()}
+		r := batchReader{f: seg.f, pos: pos, end: seg.size.Load(), wholeControl: true}
 		for {
 			b, status, err := r.next(false)
 			if err != nil {
@@ -291,7 +339,9 @@ func (p *Partition) replay(ps *producerState, from, end int64) error {
 				return nil
 			}
 			if b.BaseOffset() >= from {
-				ps.record(b)
+				if ev := ps.record(b); ev.closed != nil && ev.abort {
+					onAbort(AbortedTxn{ProducerID: b.ProducerID(), FirstOffset: ev.closed.first, LastOffset: b.BaseOffset()})
+				}
 			}
 		}
 	}
@@ -315,18 +365,30 @@ func (p *Partition) createSegment(base int64) (*segment, error) {
 // Append writes one batch already validated by codec.ValidateProduce. The caller owns the bytes;
 // Append rewrites baseOffset, partitionLeaderEpoch and (LogAppendTime topics) maxTimestamp in
 // place and keeps no reference. Durability is separate: see Sync.
+//
+// Transactions: a transactional batch is accepted only if its producer has an ongoing transaction
+// here (otherwise INVALID_TXN_STATE; the first batch of a transaction goes through AppendTxn with
+// a verification guard). A non-transactional batch from a producer with an ongoing transaction
+// here gets INVALID_TXN_STATE (Apache).
 func (p *Partition) Append(b codec.Batch, nowMs int64) AppendResult {
-	return p.append(b, nowMs, true)
+	return p.append(b, nowMs, kindClient, 0, 0)
 }
 
-// AppendControl appends a broker-built batch (e.g. a transaction marker) without the client
-// idempotence checks. A control batch raises the producer's epoch (Apache does the same when it
-// writes an end-transaction marker).
+// AppendControl appends a broker-built batch without any check. A COMMIT/ABORT control batch has
+// the full effect of a marker on the producer state (epoch, closing the transaction, aborted
+// index), but without AppendMarker's fencing checks: transaction code must use AppendMarker.
 func (p *Partition) AppendControl(b codec.Batch, nowMs int64) AppendResult {
-	return p.append(b, nowMs, false)
+	return p.append(b, nowMs, kindControl, 0, 0)
 }
 
-func (p *Partition) append(b codec.Batch, nowMs int64, client bool) AppendResult {
+// Kinds of append.
+const (
+	kindClient  = iota // produce request: idempotence, epoch and transaction-state checks
+	kindControl        // broker-built, unchecked
+	kindMarker         // AppendMarker: epoch and coordinator-epoch fencing checks
+)
+
+func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, coordEpoch int32) AppendResult {
 	res := AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 	cfg := p.config()
 	p.mu.Lock()
@@ -351,8 +413,15 @@ func (p *Partition) append(b codec.Batch, nowMs int64, client bool) AppendResult
 		res.Code = codec.CodeRecordListTooLarge
 		return res
 	}
-	if client {
-		code, dup, isDup := p.producers.check(b)
+	if kind == kindMarker {
+		if code := p.checkMarkerLocked(b.ProducerID(), b.ProducerEpoch(), coordEpoch); code != codec.CodeNone {
+			p.mu.Unlock()
+			res.Code = code
+			return res
+		}
+	}
+	if kind == kindClient {
+		code, dup, isDup := p.producers.check(b, &p.topic.store.fences, guard)
 		if code != codec.CodeNone {
 			p.mu.Unlock()
 			res.Code = code
@@ -406,7 +475,7 @@ func (p *Partition) append(b codec.Batch, nowMs int64, client bool) AppendResult
 	}
 	seg.track(b, size, p.interval, nowMs)
 	seg.size.Store(size + int64(len(b)))
-	p.producers.record(b)
+	p.applyTxnEventLocked(p.producers.record(b), b.BaseOffset())
 	p.leoLocal = b.LastOffset() + 1
 	p.leo.Store(p.leoLocal)
 	p.mu.Unlock()
@@ -439,6 +508,10 @@ func (p *Partition) rollLocked() error {
 		_ = os.Remove(old.path(".index"))
 		_ = os.Remove(old.path(".timeindex"))
 	}
+	if err := old.writeTxnIndex(p.txn.abortedRange(old.base, newBase)); err != nil {
+		// Rebuilt from the log on the next open.
+		p.log.Warn("cannot write transaction index", zap.Int64("segment", old.base), zap.Error(err))
+	}
 	p.writeSnapshotLocked(newBase)
 	seg, err := p.createSegment(newBase)
 	if err != nil {
@@ -460,12 +533,18 @@ func (p *Partition) installActiveLocked(seg *segment) {
 	p.flushedMaxTs, p.flushedMaxOff = -1, -1
 }
 
+// writeSnapshotLocked writes the producer snapshot at offset, carrying the aborted-index entries of
+// the active segment (which has no .txnindex yet); see the snapshot format in producer.go.
 func (p *Partition) writeSnapshotLocked(offset int64) {
-	if err := writeFileAtomic(p.dir, segmentName(offset, ".snapshot"), p.producers.encode(offset)); err != nil {
+	if err := writeFileAtomic(p.dir, segmentName(offset, ".snapshot"), p.snapshotLocked(offset)); err != nil {
 		p.log.Warn("cannot write producer snapshot", zap.Int64("offset", offset), zap.Error(err))
 		return
 	}
 	pruneSnapshots(p.dir, offset, snapshotsKept)
+}
+
+func (p *Partition) snapshotLocked(offset int64) []byte {
+	return p.producers.encode(offset, p.txn.abortedRange(p.active.base, offset))
 }
 
 func (p *Partition) timedSync(f File) error {
@@ -519,17 +598,18 @@ func (p *Partition) repairLocked() error {
 			p.log.Error("discarded un-fsync'd records after fsync failure",
 				zap.Int64("from", p.durableEnd), zap.Int64("to", p.leoLocal))
 		}
-		if err := p.rebuildProducersLocked(p.durableEnd); err != nil {
+		if err := p.rebuildProducersLocked(p.durableEnd, p.durableEnd, p.txn.abortedRange(0, p.durableEnd)); err != nil {
 			return err
 		}
 	}
 	if p.leoLocal > p.durableEnd {
 		// Skip the discarded offsets: continue in a fresh segment at the old log end.
-		_ = writeFileAtomic(p.dir, segmentName(p.leoLocal, ".snapshot"), p.producers.encode(p.leoLocal))
+		_ = writeFileAtomic(p.dir, segmentName(p.leoLocal, ".snapshot"), p.snapshotLocked(p.leoLocal))
 		if err := seg.writeIndexes(); err != nil {
 			_ = os.Remove(seg.path(".index"))
 			_ = os.Remove(seg.path(".timeindex"))
 		}
+		_ = seg.writeTxnIndex(p.txn.abortedRange(seg.base, p.leoLocal))
 		ns, err := p.createSegment(p.leoLocal)
 		if err != nil {
 			return err
@@ -1024,6 +1104,7 @@ func (p *Partition) retain(now time.Time) {
 	keep := append([]*segment(nil), segs[drop:]...)
 	p.segs.Store(&keep)
 	p.logStart.Store(keep[0].base)
+	p.txn.trimBelow(keep[0].base)
 	p.mu.Unlock()
 
 	p.segMu.Lock()
@@ -1033,7 +1114,7 @@ func (p *Partition) retain(now time.Time) {
 	}
 	p.segMu.Unlock()
 	for _, s := range segs[:drop] {
-		for _, ext := range []string{".log", ".index", ".timeindex"} {
+		for _, ext := range []string{".log", ".index", ".timeindex", ".txnindex"} {
 			if err := os.Remove(s.path(ext)); err != nil && !os.IsNotExist(err) {
 				p.log.Warn("cannot delete segment file", zap.String("file", s.path(ext)), zap.Error(err))
 			}
@@ -1066,8 +1147,9 @@ func (p *Partition) Producers() []ProducerInfo {
 	return p.producers.infos()
 }
 
-// FenceProducer raises pid's epoch to epoch (if higher) and clears its window, so the old
-// epoch's in-flight batches get INVALID_PRODUCER_EPOCH.
+// FenceProducer raises pid's epoch to epoch (if higher), clears its window and drops its
+// verification guard, so the old epoch's in-flight batches get INVALID_PRODUCER_EPOCH. Use
+// Store.FenceProducer for an epoch bump: it reaches every partition.
 func (p *Partition) FenceProducer(pid int64, epoch int16) {
 	p.mu.Lock()
 	p.producers.fence(pid, epoch)

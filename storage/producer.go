@@ -46,6 +46,12 @@ type producerEntry struct {
 	head   int
 	n      int
 	lastTs int64
+
+	// Transaction state (KIP-98, Apache ProducerStateEntry): the coordinator epoch of the last
+	// marker (-1 before any), and the producer's ongoing transaction on this partition (nil when
+	// none). txn is set by the first transactional data batch and cleared by the next marker.
+	coordEpoch int32
+	txn        *txnSpan
 }
 
 func (e *producerEntry) newest() *batchMeta {
@@ -83,30 +89,60 @@ func (e *producerEntry) bumpEpoch(epoch int16) {
 // producerState is guarded by the partition's append mutex.
 type producerState struct {
 	m map[int64]*producerEntry
+
+	// guards are the KIP-890 verification guards (txn.go), in memory only: a restart fails an
+	// in-flight verification with INVALID_TXN_STATE and the client retries or aborts.
+	guards map[int64]verifyGuard
+
+	// snapTail is what a decoded snapshot carried of the aborted-transaction index (entries of
+	// the then-active segment, see encode); only meaningful right after decoding.
+	snapTail []AbortedTxn
 }
 
-func newProducerState() *producerState { return &producerState{m: make(map[int64]*producerEntry)} }
+func newProducerState() *producerState {
+	return &producerState{m: make(map[int64]*producerEntry), guards: make(map[int64]verifyGuard)}
+}
 
 // check classifies a client batch. It returns the Kafka error code, and for a duplicate the
-// original batch.
-func (ps *producerState) check(b codec.Batch) (code int16, dup batchMeta, isDup bool) {
+// original batch. Order (Apache UnifiedLog.analyzeAndValidateProducerState with KAFKA-19690):
+// duplicate → epoch (47) → transaction state (48) → sequence (45).
+//
+// fences holds the store-wide fenced epochs (Store.FenceProducer), consulted only when this
+// partition has no state for pid: a partition that holds state was fenced directly.
+// guard is the caller's verification guard (0 = none); see txnCheck.
+func (ps *producerState) check(b codec.Batch, fences *fenceMemory, guard uint64) (code int16, dup batchMeta, isDup bool) {
 	pid := b.ProducerID()
 	if pid < 0 {
+		if b.IsTransactional() {
+			return codec.CodeInvalidTxnState, batchMeta{}, false
+		}
 		return codec.CodeNone, batchMeta{}, false
 	}
 	e := ps.m[pid]
+	epoch, first := b.ProducerEpoch(), b.BaseSequence()
 	if e == nil {
+		if fences != nil {
+			if min, ok := fences.get(pid); ok && epoch < min {
+				return codec.CodeInvalidProducerEpoch, batchMeta{}, false
+			}
+		}
+		if code := ps.txnCheck(nil, b, guard); code != codec.CodeNone {
+			return code, batchMeta{}, false
+		}
 		return codec.CodeNone, batchMeta{}, false
 	}
-	epoch, first := b.ProducerEpoch(), b.BaseSequence()
 	if epoch == e.epoch {
 		if m, ok := e.find(first, b.LastSequence()); ok {
 			return codec.CodeNone, m, true
 		}
 	}
-	switch {
-	case epoch < e.epoch:
+	if epoch < e.epoch {
 		return codec.CodeInvalidProducerEpoch, batchMeta{}, false
+	}
+	if code := ps.txnCheck(e, b, guard); code != codec.CodeNone {
+		return code, batchMeta{}, false
+	}
+	switch {
 	case first < 0:
 		// A producer id without sequences (not sent by real clients): epoch-checked only.
 		return codec.CodeNone, batchMeta{}, false
@@ -121,34 +157,96 @@ func (ps *producerState) check(b codec.Batch) (code int16, dup batchMeta, isDup 
 	return codec.CodeNone, batchMeta{}, false
 }
 
-// record updates the state with a batch that is now in the log (also used by replay). Control
-// batches (transaction markers) only move the epoch up; they carry no sequence.
-func (ps *producerState) record(b codec.Batch) {
+// txnCheck applies the transaction-state rules to a client batch whose epoch already passed:
+//
+//	transactional, ongoing txn here opened at this epoch ────► ok
+//	transactional, ongoing txn here opened at another epoch ─► 48 (stricter than Apache: two
+//	                                                            sessions' data never merge into
+//	                                                            one transaction, cf. reference C-F)
+//	transactional, guard == current guard for (pid, epoch) ──► ok (first batch, KIP-890)
+//	transactional, otherwise ─────────────────────────────────► 48 INVALID_TXN_STATE
+//	non-transactional while a txn is ongoing here ────────────► 48 (Apache ProducerAppendInfo)
+func (ps *producerState) txnCheck(e *producerEntry, b codec.Batch, guard uint64) int16 {
+	if !b.IsTransactional() {
+		if e != nil && e.txn != nil {
+			return codec.CodeInvalidTxnState
+		}
+		return codec.CodeNone
+	}
+	if e != nil && e.txn != nil {
+		if e.txn.epoch == b.ProducerEpoch() {
+			return codec.CodeNone
+		}
+		return codec.CodeInvalidTxnState
+	}
+	if g, ok := ps.guards[b.ProducerID()]; ok && guard != 0 && g.token == guard && g.epoch == b.ProducerEpoch() {
+		return codec.CodeNone
+	}
+	return codec.CodeInvalidTxnState
+}
+
+// txnEvent is what record did to the producer's transaction on this partition.
+type txnEvent struct {
+	opened *txnSpan // the batch opened a transaction
+	closed *txnSpan // a marker closed this transaction (nil: the marker closed nothing)
+	abort  bool     // the closing marker was an ABORT
+}
+
+// record updates the state with a batch that is now in the log (also used by replay, which is
+// why no check happens here). Data batches: a transactional one opens the producer's transaction
+// if none is ongoing. Control batches (COMMIT/ABORT markers, which must be passed whole): raise the
+// epoch (resetting the window when it grows), record the coordinator epoch, close the ongoing
+// transaction, and clear the verification guard; they carry no sequence. Kafka skips the aborted
+// index entry for a marker that closes nothing (Apache appendEndTxnMarker), and so does the caller.
+func (ps *producerState) record(b codec.Batch) (ev txnEvent) {
 	pid := b.ProducerID()
 	if pid < 0 {
-		return
+		return ev
 	}
 	e := ps.m[pid]
 	if e == nil {
-		e = &producerEntry{epoch: b.ProducerEpoch()}
+		e = &producerEntry{epoch: b.ProducerEpoch(), coordEpoch: -1}
 		ps.m[pid] = e
 	}
 	e.bumpEpoch(b.ProducerEpoch())
 	e.lastTs = b.MaxTimestamp()
-	if b.IsControl() || b.BaseSequence() < 0 || b.ProducerEpoch() != e.epoch {
-		return
+	if b.IsControl() {
+		typ := codec.ControlType(b)
+		if typ != codec.ControlAbort && typ != codec.ControlCommit {
+			return ev // not a transaction marker (no such batches are written to data partitions)
+		}
+		if ce, ok := controlCoordinatorEpoch(b); ok && ce > e.coordEpoch {
+			e.coordEpoch = ce
+		}
+		if e.txn != nil {
+			ev.closed, ev.abort = e.txn, typ == codec.ControlAbort
+			e.txn = nil
+		}
+		delete(ps.guards, pid)
+		return ev
+	}
+	if b.IsTransactional() && e.txn == nil {
+		e.txn = &txnSpan{pid: pid, epoch: b.ProducerEpoch(), first: b.BaseOffset(), startTs: b.MaxTimestamp(), end: -1}
+		ev.opened = e.txn
+		delete(ps.guards, pid) // Apache drops the guard once the transaction is ongoing
+	}
+	if b.BaseSequence() < 0 || b.ProducerEpoch() != e.epoch {
+		return ev
 	}
 	e.push(batchMeta{
 		firstSeq: b.BaseSequence(), lastSeq: b.LastSequence(),
 		baseOffset: b.BaseOffset(), lastOffset: b.LastOffset(), timestamp: b.MaxTimestamp(),
 	})
+	return ev
 }
 
-// fence raises pid's epoch (creating the entry if needed) and clears its window.
+// fence raises pid's epoch (creating the entry if needed), clears its window and drops its
+// verification guard. An ongoing transaction stays open: only its marker closes it.
 func (ps *producerState) fence(pid int64, epoch int16) {
+	delete(ps.guards, pid)
 	e := ps.m[pid]
 	if e == nil {
-		ps.m[pid] = &producerEntry{epoch: epoch, lastTs: -1}
+		ps.m[pid] = &producerEntry{epoch: epoch, lastTs: -1, coordEpoch: -1}
 		return
 	}
 	e.bumpEpoch(epoch)
@@ -160,8 +258,8 @@ type ProducerInfo struct {
 	Epoch                 int16
 	LastSequence          int32 // -1 if no batch is remembered at the current epoch
 	LastTimestamp         int64
-	CoordinatorEpoch      int32 // -1 until transactions track it
-	CurrentTxnStartOffset int64 // -1 until transactions track it
+	CoordinatorEpoch      int32 // of the last marker written for this producer, -1 if none
+	CurrentTxnStartOffset int64 // first offset of the ongoing transaction, -1 if none
 }
 
 func (ps *producerState) infos() []ProducerInfo {
@@ -171,8 +269,12 @@ func (ps *producerState) infos() []ProducerInfo {
 		if e.n > 0 {
 			last = e.newest().lastSeq
 		}
+		start := int64(-1)
+		if e.txn != nil {
+			start = e.txn.first
+		}
 		out = append(out, ProducerInfo{ProducerID: pid, Epoch: e.epoch, LastSequence: last,
-			LastTimestamp: e.lastTs, CoordinatorEpoch: -1, CurrentTxnStartOffset: -1})
+			LastTimestamp: e.lastTs, CoordinatorEpoch: e.coordEpoch, CurrentTxnStartOffset: start})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ProducerID < out[j].ProducerID })
 	return out
@@ -181,10 +283,16 @@ func (ps *producerState) infos() []ProducerInfo {
 // Snapshot file format (big endian), named <offset %020d>.snapshot, meaning "state after every
 // batch below offset":
 //
-//	"KPS1" | version u16 = 1 | offset i64 | count u32 |
-//	count × { pid i64 | epoch i16 | lastTs i64 | n u8 | n × { firstSeq i32 | lastSeq i32 |
-//	                                                          baseOffset i64 | lastOffset i64 | ts i64 } } |
+//	"KPS1" | version u16 = 2 | offset i64 | count u32 |
+//	count × { pid i64 | epoch i16 | lastTs i64 | coordEpoch i32 | txnFirst i64 | txnEpoch i16 | txnStartTs i64 |
+//	          n u8 | n × { firstSeq i32 | lastSeq i32 | baseOffset i64 | lastOffset i64 | ts i64 } } |
+//	tailCount u32 | tailCount × { pid i64 | firstOffset i64 | lastOffset i64 } |
 //	crc32c u32 over everything before it
+//
+// txnFirst is -1 when the producer has no ongoing transaction. The tail is the aborted-transaction
+// index of the segment that was active when the snapshot was written (closed segments have their
+// own .txnindex, txnindex.go), so a snapshot taken inside a segment (clean close) loses nothing.
+// Version 1 (before transactions: no coordEpoch/txn fields, no tail) is still read.
 //
 // Written at each segment roll and at clean close (tmp + fsync + rename). A snapshot that fails
 // its CRC is ignored and an older one (or the log start) is used instead; the log tail after the
@@ -193,21 +301,29 @@ const snapshotMagic = "KPS1"
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-func (ps *producerState) encode(offset int64) []byte {
+func (ps *producerState) encode(offset int64, tail []AbortedTxn) []byte {
 	pids := make([]int64, 0, len(ps.m))
 	for pid := range ps.m {
 		pids = append(pids, pid)
 	}
 	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
 	buf := append([]byte(nil), snapshotMagic...)
-	buf = binary.BigEndian.AppendUint16(buf, 1)
+	buf = binary.BigEndian.AppendUint16(buf, 2)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(offset))
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(pids)))
 	for _, pid := range pids {
 		e := ps.m[pid]
+		first, txnEpoch, startTs := int64(-1), int16(-1), int64(-1)
+		if e.txn != nil {
+			first, txnEpoch, startTs = e.txn.first, e.txn.epoch, e.txn.startTs
+		}
 		buf = binary.BigEndian.AppendUint64(buf, uint64(pid))
 		buf = binary.BigEndian.AppendUint16(buf, uint16(e.epoch))
 		buf = binary.BigEndian.AppendUint64(buf, uint64(e.lastTs))
+		buf = binary.BigEndian.AppendUint32(buf, uint32(e.coordEpoch))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(first))
+		buf = binary.BigEndian.AppendUint16(buf, uint16(txnEpoch))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(startTs))
 		buf = append(buf, byte(e.n))
 		for i := 0; i < e.n; i++ {
 			m := e.window[(e.head+i)%producerWindow]
@@ -217,6 +333,12 @@ func (ps *producerState) encode(offset int64) []byte {
 			buf = binary.BigEndian.AppendUint64(buf, uint64(m.lastOffset))
 			buf = binary.BigEndian.AppendUint64(buf, uint64(m.timestamp))
 		}
+	}
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(tail)))
+	for _, a := range tail {
+		buf = binary.BigEndian.AppendUint64(buf, uint64(a.ProducerID))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(a.FirstOffset))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(a.LastOffset))
 	}
 	return binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf, crcTable))
 }
@@ -231,21 +353,36 @@ func decodeProducerSnapshot(buf []byte) (*producerState, int64, error) {
 	if crc32.Checksum(body, crcTable) != binary.BigEndian.Uint32(buf[len(buf)-4:]) {
 		return nil, 0, errBadSnapshot
 	}
-	if binary.BigEndian.Uint16(body[4:]) != 1 {
+	version := binary.BigEndian.Uint16(body[4:])
+	if version != 1 && version != 2 {
 		return nil, 0, errBadSnapshot // a future version is not misread
 	}
 	offset := int64(binary.BigEndian.Uint64(body[6:]))
 	count := binary.BigEndian.Uint32(body[14:])
 	p := body[18:]
 	ps := newProducerState()
+	fixed := 19
+	if version == 2 {
+		fixed = 41
+	}
 	for i := uint32(0); i < count; i++ {
-		if len(p) < 19 {
+		if len(p) < fixed {
 			return nil, 0, errBadSnapshot
 		}
 		pid := int64(binary.BigEndian.Uint64(p))
-		e := &producerEntry{epoch: int16(binary.BigEndian.Uint16(p[8:])), lastTs: int64(binary.BigEndian.Uint64(p[10:]))}
-		n := int(p[18])
-		p = p[19:]
+		e := &producerEntry{epoch: int16(binary.BigEndian.Uint16(p[8:])), lastTs: int64(binary.BigEndian.Uint64(p[10:])), coordEpoch: -1}
+		if version == 2 {
+			e.coordEpoch = int32(binary.BigEndian.Uint32(p[18:]))
+			first, txnEpoch, startTs := int64(binary.BigEndian.Uint64(p[22:])), int16(binary.BigEndian.Uint16(p[30:])), int64(binary.BigEndian.Uint64(p[32:]))
+			if first < -1 || first > offset {
+				return nil, 0, errBadSnapshot
+			}
+			if first >= 0 {
+				e.txn = &txnSpan{pid: pid, epoch: txnEpoch, first: first, startTs: startTs, end: -1}
+			}
+		}
+		n := int(p[fixed-1])
+		p = p[fixed:]
 		if n > producerWindow || len(p) < n*32 {
 			return nil, 0, errBadSnapshot
 		}
@@ -258,6 +395,26 @@ func decodeProducerSnapshot(buf []byte) (*producerState, int64, error) {
 			p = p[32:]
 		}
 		ps.m[pid] = e
+	}
+	if version == 2 {
+		if len(p) < 4 {
+			return nil, 0, errBadSnapshot
+		}
+		n := binary.BigEndian.Uint32(p)
+		p = p[4:]
+		if uint64(len(p)) != uint64(n)*24 {
+			return nil, 0, errBadSnapshot
+		}
+		for i := uint32(0); i < n; i++ {
+			a := AbortedTxn{ProducerID: int64(binary.BigEndian.Uint64(p)), FirstOffset: int64(binary.BigEndian.Uint64(p[8:])),
+				LastOffset: int64(binary.BigEndian.Uint64(p[16:]))}
+			if a.FirstOffset > a.LastOffset || a.LastOffset >= offset ||
+				(len(ps.snapTail) > 0 && a.LastOffset <= ps.snapTail[len(ps.snapTail)-1].LastOffset) {
+				return nil, 0, errBadSnapshot
+			}
+			ps.snapTail = append(ps.snapTail, a)
+			p = p[24:]
+		}
 	}
 	if len(p) != 0 {
 		return nil, 0, errBadSnapshot

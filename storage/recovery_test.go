@@ -262,7 +262,7 @@ func TestSnapshotEncodeDecode(t *testing.T) {
 		ps.record(b)
 	}
 	ps.fence(10, 4)
-	buf := ps.encode(77)
+	buf := ps.encode(77, nil)
 	got, off, err := decodeProducerSnapshot(buf)
 	if err != nil || off != 77 || len(got.m) != 2 {
 		t.Fatal(err, off)

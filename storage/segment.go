@@ -18,6 +18,7 @@ import (
 //	00000000000000000000.log        v2 record batches, back to back, baseOffsets contiguous
 //	00000000000000000000.index      sparse offset index: (relOffset int32, position int32) BE
 //	00000000000000000000.timeindex  time index: (maxTimestampSoFar int64, relOffset int32) BE
+//	00000000000000000000.txnindex   aborted transactions whose marker is in the segment (txn.go)
 //	00000000000000001234.snapshot   producer state as of offset 1234 (producer.go)
 //
 // Index files are written only when a segment is closed (roll, clean Close), atomically (tmp +
@@ -296,6 +297,8 @@ type batchReader struct {
 	end    int64
 	buf    []byte
 	bufPos int64 // file position of buf[0]
+
+	wholeControl bool // with full=false, still return control batches whole (markers are parsed)
 }
 
 const readChunk = 1 << 20
@@ -344,6 +347,9 @@ func (r *batchReader) next(full bool) (codec.Batch, int, error) {
 		return nil, batchTorn, nil
 	}
 	var b codec.Batch
+	if r.wholeControl && codec.Batch(r.buf[off:off+codec.BatchHeaderSize]).IsControl() {
+		full = true
+	}
 	if full {
 		if err := r.ensure(total); err != nil {
 			return nil, batchTorn, err

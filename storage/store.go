@@ -31,6 +31,8 @@ type Store struct {
 	byID   map[[16]byte]*Topic
 	closed bool
 
+	fences fenceMemory // store-wide fenced epochs (FenceProducer, txn.go)
+
 	stopRetention chan struct{}
 	retentionDone chan struct{}
 	bg            sync.WaitGroup // background removal of deleted topics

@@ -34,8 +34,14 @@ type Store interface {
 	Offsets(group string) []storage.GroupOffset
 	HasGroup(group string) bool
 	Groups() []string
-	// HasPending reports staged transactional offsets (TxnOffsetCommit, issue 4) for the partition.
+	// HasPending reports staged transactional offsets (TxnOffsetCommit) for the partition.
 	HasPending(group, topic string, partition int32) bool
+	// StageTxnOffsets durably stages producerID's transactional offsets; CompleteTxnOffsets
+	// commits (one durable record) or discards them, idempotently. PendingEpoch is the highest
+	// producer epoch of the open staging, if any.
+	StageTxnOffsets(group string, producerID int64, producerEpoch int16, offs []storage.GroupOffset, done func(error))
+	CompleteTxnOffsets(group string, producerID int64, commit bool, done func(error))
+	PendingEpoch(group string, producerID int64) (int16, bool)
 }
 
 // Config holds the group.* broker settings.

@@ -156,6 +156,10 @@ type group struct {
 	nextSeq      uint64
 	unloaded     bool
 
+	// Transactional offset commits (txn_offsets.go).
+	txnEpoch  map[int64]int16     // producer id → highest producer epoch seen staging here
+	txnGuards map[int64]*txnGuard // producer id → verification guard of in-flight TxnOffsetCommits
+
 	join           timer
 	initialDelay   bool // the join timer is an InitialDelayedJoin (cannot complete early)
 	newMemberAdded bool

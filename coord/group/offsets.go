@@ -87,7 +87,7 @@ func (c *Coordinator) CommitOffsets(cm Commit, offs []storage.GroupOffset, done 
 }
 
 // validateCommit is Apache validateOffsetCommit. transactional relaxes the "only members may
-// commit to a non-empty group" rule (TxnOffsetCommit v0-2 carry no member; issue 4).
+// commit to a non-empty group" rule (TxnOffsetCommit v0-2 carry no member; txn_offsets.go).
 func (g *group) validateCommit(cm Commit, transactional bool) int16 {
 	if g.state == Dead {
 		return codec.CodeCoordinatorNotAvailable
@@ -208,7 +208,12 @@ func (c *Coordinator) DeleteOffsets(group string, parts []storage.GroupPartition
 }
 
 // DeleteGroup serves DeleteGroups for one group: only an Empty group may be deleted (else
-// NON_EMPTY_GROUP); its offsets are removed durably before done(NONE).
+// NON_EMPTY_GROUP); its offsets are removed durably before done(NONE). Pending transactional
+// offsets do not block the delete (Apache decides on membership only) and are discarded with the
+// group, as Apache's classic coordinator drops the whole group (pending commits included) from its
+// cache: a later CompleteTxnOffsets(commit) for that producer materialises nothing. (Apache 4.0's
+// new coordinator drops only the pending offsets of partitions that had committed offsets; we do
+// not copy that half-deleted state.)
 func (c *Coordinator) DeleteGroup(group string, done func(code int16)) {
 	g := c.lookup(group, false)
 	if g == nil {
