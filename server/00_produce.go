@@ -1,6 +1,6 @@
 package server
 
-// Produce: v3-11
+// Produce: v3-12
 //
 // Behavior:
 //   - acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition).
@@ -17,27 +17,68 @@ package server
 //   - acks=0 sends no response at all (Kafka's contract); the ordering window still advances.
 //   - Idempotence (storage): a duplicate batch gets its original offsets and error 0;
 //     OUT_OF_ORDER_SEQUENCE_NUMBER (45) / INVALID_PRODUCER_EPOCH (47) otherwise.
-//   - Transactional batches belong to the transactions work; until then they are refused with
-//     INVALID_TXN_STATE, as Apache refuses a transactional write it cannot verify.
+//   - Transactional batches: WRITE on the request's TransactionalId is required (Apache answers
+//     TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request, also when the id is null). A
+//     producer's first transactional write to a partition in a transaction is verified against
+//     the coordinator before it is appended (KIP-890; produceTxn below); a write for a partition
+//     the transaction does not include is rejected, not appended.
 //
 // Version notes: v3 transactional id + magic 2 only; v5 LogStartOffset; v8 record errors;
-// v9 flexible; v10 leader hints (KIP-951, unused: we are the only leader); v11 TRANSACTION_ABORTABLE.
+// v9 flexible; v10 leader hints (KIP-951, unused: we are the only leader); v11 TRANSACTION_ABORTABLE;
+// v12 TV2: the leader adds the partition to the transaction itself (KIP-890 part 2), advertised
+// only while transaction.version 2 is served.
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
 
-func init() { register(kmsg.Produce, 3, 11, handleProduce) }
+func init() {
+	maxVersion := int16(11)
+	if transactionVersionServed >= 2 {
+		maxVersion = 12
+	}
+	register(kmsg.Produce, 3, maxVersion, handleProduce)
+}
 
-// produceTxnHook lets the transaction coordinator check transactional batches (KIP-890 part 1
-// verification) before they are appended. nil refuses them.
-var produceTxnHook func(rc *reqCtx, topic string, partition int32, p *storage.Partition, b codec.Batch) int16
+// produceAppend is one validated partition batch waiting to be appended.
+type produceAppend struct {
+	p     *storage.Partition
+	topic string
+	out   *kmsg.ProduceResponseTopicPartition
+	b     codec.Batch
+	txn   bool
+	guard uint64 // KIP-890 verification guard (transactional, not yet ongoing here)
+	// verify: the coordinator must confirm the partition is in the transaction first.
+	verify bool
+}
+
+// produceOp is one Produce request from validation to reply.
+type produceOp struct {
+	rc      *reqCtx
+	req     *kmsg.ProduceRequest
+	resp    *kmsg.ProduceResponse
+	appends []produceAppend
+	nVerify int
+	guarded bool // takeGuards ran
+	// async: the reply was deferred because the op waits for verification or for an earlier
+	// request of the connection (produceChain); the op then answers through rc.reply.
+	async bool
+	waits []produceWait
+}
+
+type produceWait struct {
+	p   *storage.Partition
+	out *kmsg.ProduceResponseTopicPartition
+	end int64
+}
 
 func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.ProduceRequest)
@@ -45,13 +86,13 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 	store := rc.s.deps.Store
 	now := time.Now().UnixMilli()
 	acksOK := req.Acks == -1 || req.Acks == 0 || req.Acks == 1
-
-	type pending struct {
-		p   *storage.Partition
-		out *kmsg.ProduceResponseTopicPartition
-		end int64
+	op := &produceOp{rc: rc, req: req, resp: resp}
+	nParts := 0
+	for i := range req.Topics {
+		nParts += len(req.Topics[i].Partitions)
 	}
-	var waits []pending
+	op.appends = make([]produceAppend, 0, nParts)
+	txnAuth := int8(0) // 0 unknown, 1 allowed, -1 denied: checked once, only if a batch is transactional
 
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i := range req.Topics {
@@ -64,28 +105,28 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 		writeOK := rc.authorized(OpWrite, ResTopic, rt.Topic)
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
-			op := &ot.Partitions[j]
-			*op = kmsg.NewProduceResponseTopicPartition()
-			op.Partition = rp.Partition
-			op.BaseOffset, op.LogAppendTime, op.LogStartOffset = -1, -1, -1
+			out := &ot.Partitions[j]
+			*out = kmsg.NewProduceResponseTopicPartition()
+			out.Partition = rp.Partition
+			out.BaseOffset, out.LogAppendTime, out.LogStartOffset = -1, -1, -1
 			switch {
 			case !acksOK:
-				op.ErrorCode = codec.CodeInvalidRequiredAcks
+				out.ErrorCode = codec.CodeInvalidRequiredAcks
 				continue
 			case !writeOK:
-				op.ErrorCode = codec.CodeTopicAuthorizationFailed
+				out.ErrorCode = codec.CodeTopicAuthorizationFailed
 				continue
 			case t == nil:
-				op.ErrorCode = codec.CodeUnknownTopicOrPartition
+				out.ErrorCode = codec.CodeUnknownTopicOrPartition
 				continue
 			}
 			p := t.Partition(rp.Partition)
 			if p == nil {
-				op.ErrorCode = codec.CodeUnknownTopicOrPartition
+				out.ErrorCode = codec.CodeUnknownTopicOrPartition
 				continue
 			}
 			if !rc.s.deps.Owner.LeadsPartition(rt.Topic, rp.Partition) {
-				op.ErrorCode = codec.CodeNotLeaderForPartition
+				out.ErrorCode = codec.CodeNotLeaderForPartition
 				continue
 			}
 			cfg := t.Config()
@@ -95,47 +136,180 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 				TimestampAfterMaxMs:  cfg.TimestampAfterMaxMs,
 				NowMs:                now,
 			})
-			if code == codec.CodeNone && b.IsTransactional() {
-				if produceTxnHook == nil {
-					code = codec.CodeInvalidTxnState
-				} else {
-					code = produceTxnHook(rc, rt.Topic, rp.Partition, p, b)
-				}
-			}
 			if code != codec.CodeNone {
-				op.ErrorCode = code
+				out.ErrorCode = code
 				mProduceRejected.Inc()
 				continue
 			}
-			res := p.Append(b, now)
-			op.ErrorCode = res.Code
-			if res.Code != codec.CodeNone {
-				continue
+			a := produceAppend{p: p, topic: rt.Topic, out: out, b: b}
+			if b.IsTransactional() {
+				if txnAuth == 0 {
+					txnAuth = -1
+					if req.TransactionID != nil && rc.authorized(OpWrite, ResTransactionalID, *req.TransactionID) {
+						txnAuth = 1
+					}
+				}
+				if txnAuth < 0 {
+					out.ErrorCode = codec.CodeTransactionalIDAuthorization
+					mProduceRejected.Inc()
+					continue
+				}
+				a.txn = true
 			}
-			op.BaseOffset = res.BaseOffset
-			op.LogAppendTime = res.LogAppendTime
-			op.LogStartOffset = res.LogStartOffset
-			waits = append(waits, pending{p: p, out: op, end: res.LastOffset + 1})
+			op.appends = append(op.appends, a)
 		}
 	}
 
-	if req.Acks == 0 {
-		// No response, but durability still runs its course in the background.
-		for _, w := range waits {
-			w.p.Sync(w.end, func(error) {})
+	// Ordering across pipelined requests of one connection. The executor runs a connection's
+	// requests one at a time, so without verification appends happen in request order. A request
+	// that must wait for the coordinator (KIP-890) cannot block the executor, so it parks its
+	// appends and marks the connection's produceChain busy; every later Produce request of the
+	// connection then queues its appends behind it (whether it needs verification or not) and the
+	// chain runs them in order once the earlier one has appended. This keeps a producer's batches
+	// for one partition in sequence order (a reordering would answer OUT_OF_ORDER_SEQUENCE_NUMBER
+	// or, worse, append a later batch first). Apache gets the same guarantee by muting a
+	// connection until its response is sent. Other request types are not ordered behind it
+	// (Kafka orders responses, which conn.go does, not side effects across APIs).
+	if ch := lockedChain(rc.c, false); ch != nil {
+		if ch.busy {
+			op.async = true
+			rc.deferReply()
+			ch.queue = append(ch.queue, op)
+			ch.mu.Unlock()
+			return nil, nil
 		}
-		rc.noReply()
+		ch.mu.Unlock()
+	}
+	op.takeGuards()
+	if op.nVerify > 0 {
+		ch := lockedChain(rc.c, true)
+		ch.busy = true
+		ch.mu.Unlock()
+		op.async = true
+		rc.deferReply()
+		if op.run(ch) {
+			return nil, nil
+		}
+		ch.release(rc.c)
 		return nil, nil
 	}
-	if len(waits) == 0 {
-		return resp, nil
+	op.appendReady(time.Now().UnixMilli())
+	return op.finish(), nil
+}
+
+// run appends what needs no verification and starts the verification of the rest. It returns
+// true if verification is in flight (the chain is released when it ends), false if the op has
+// finished (all appended and answered).
+func (op *produceOp) run(ch *produceChain) bool {
+	if !op.guarded {
+		op.takeGuards()
+	}
+	op.appendReady(time.Now().UnixMilli())
+	if op.nVerify == 0 {
+		op.finish()
+		return false
+	}
+	op.verifyAll(func() {
+		op.appendVerified(time.Now().UnixMilli())
+		op.finish()
+		ch.release(op.rc.c)
+	})
+	return true
+}
+
+// takeGuards decides, per transactional batch, whether the coordinator must be asked first: not
+// if the producer already has an ongoing transaction on the partition at this epoch (the common
+// case after its first batch), else a KIP-890 guard is taken now, before asking — a marker or
+// fence landing while we wait invalidates it, so a stale "yes" cannot open a transaction (the ABA
+// race verify → abort → new transaction → append). A request queued behind a verification takes
+// its guards only when it runs, so it usually finds the transaction already ongoing.
+func (op *produceOp) takeGuards() {
+	op.guarded = true
+	for i := range op.appends {
+		a := &op.appends[i]
+		if !a.txn {
+			continue
+		}
+		guard, ongoing := a.p.VerificationGuard(a.b.ProducerID(), a.b.ProducerEpoch())
+		a.guard, a.verify = guard, !ongoing
+		if a.verify {
+			op.nVerify++
+		}
+	}
+}
+
+// appendReady appends every batch that needs no verification.
+func (op *produceOp) appendReady(now int64) {
+	for i := range op.appends {
+		a := &op.appends[i]
+		if !a.verify {
+			op.append(a, now)
+		}
+	}
+}
+
+// appendVerified appends the verified batches (their out.ErrorCode is NONE when the coordinator
+// confirmed the partition; otherwise the translated error is already set).
+func (op *produceOp) appendVerified(now int64) {
+	for i := range op.appends {
+		a := &op.appends[i]
+		if a.verify && a.out.ErrorCode == codec.CodeNone {
+			op.append(a, now)
+		}
+	}
+}
+
+func (op *produceOp) append(a *produceAppend, now int64) {
+	var res storage.AppendResult
+	if a.txn {
+		res = a.p.AppendTxn(a.b, now, a.guard)
+	} else {
+		res = a.p.Append(a.b, now)
+	}
+	a.out.ErrorCode = res.Code
+	if res.Code != codec.CodeNone {
+		return
+	}
+	a.out.BaseOffset = res.BaseOffset
+	a.out.LogAppendTime = res.LogAppendTime
+	a.out.LogStartOffset = res.LogStartOffset
+	if op.waits == nil {
+		op.waits = make([]produceWait, 0, len(op.appends))
+	}
+	op.waits = append(op.waits, produceWait{p: a.p, out: a.out, end: res.LastOffset + 1})
+}
+
+// finish answers once every appended partition is durable. Synchronous ops return the response
+// (or nil after deferring); async ops always answer through rc.reply and return nil.
+func (op *produceOp) finish() kmsg.Response {
+	rc := op.rc
+	if op.req.Acks == 0 {
+		// No response, but durability still runs its course in the background.
+		for _, w := range op.waits {
+			w.p.Sync(w.end, func(error) {})
+		}
+		if op.async {
+			rc.reply(nil) // completes the request without a response
+		} else {
+			rc.noReply()
+		}
+		return nil
+	}
+	if len(op.waits) == 0 {
+		if op.async {
+			rc.reply(op.resp)
+			return nil
+		}
+		return op.resp
 	}
 	// Answer once every appended partition is durable. Callbacks run on flusher goroutines and
 	// only record the outcome; the last one sends the response.
-	rc.deferReply()
+	if !op.async {
+		rc.deferReply()
+	}
 	var left atomic.Int32
-	left.Store(int32(len(waits)))
-	for _, w := range waits {
+	left.Store(int32(len(op.waits)))
+	for _, w := range op.waits {
 		w := w
 		w.p.Sync(w.end, func(err error) {
 			if err != nil {
@@ -143,9 +317,201 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 				w.out.BaseOffset = -1
 			}
 			if left.Add(-1) == 0 {
-				rc.reply(resp)
+				rc.reply(op.resp)
 			}
 		})
 	}
-	return nil, nil
+	return nil
+}
+
+// verifyAll asks the coordinator about every batch marked verify, one call per (producer id,
+// epoch) — normally one per request — and records the translated outcome in each batch's
+// out.ErrorCode. then runs once all have answered, on a fresh goroutine (coordinator callbacks
+// must not block, and appending is I/O).
+//
+//   - TV1 (Produce <= v11): KIP-890 part 1 verification (AddPartitionsToTxn VerifyOnly semantics):
+//     the partition must already be in the transaction.
+//   - TV2 (Produce v12): the leader adds the partition itself (AddPartitionsToTxn v5
+//     VerifyOnly=false semantics, the coordinator keys TV2 on that version).
+func (op *produceOp) verifyAll(then func()) {
+	type key struct {
+		pid   int64
+		epoch int16
+	}
+	groups := map[key][]int{}
+	for i := range op.appends {
+		a := &op.appends[i]
+		if a.verify {
+			k := key{a.b.ProducerID(), a.b.ProducerEpoch()}
+			groups[k] = append(groups[k], i)
+		}
+	}
+	var left atomic.Int32
+	left.Store(int32(len(groups)))
+	oneDone := func() {
+		if left.Add(-1) == 0 {
+			go then()
+		}
+	}
+	version := op.req.Version
+	setAll := func(idx []int, code int16) {
+		for _, i := range idx {
+			op.appends[i].out.ErrorCode = translateVerifyError(code, version)
+		}
+	}
+	rc := op.rc
+	tc := rc.s.deps.Txn
+	tid := ""
+	if op.req.TransactionID != nil {
+		tid = *op.req.TransactionID
+	}
+	for k, idx := range groups {
+		switch {
+		case tc == nil:
+			setAll(idx, codec.CodeCoordinatorNotAvailable)
+			oneDone()
+			continue
+		case !rc.s.deps.Owner.OwnsTransactionalID(tid):
+			// Cluster mode would send AddPartitionsToTxn to the coordinator broker; until that
+			// client exists a non-coordinator leader answers the retriable disguise.
+			setAll(idx, codec.CodeNotCoordinator)
+			oneDone()
+			continue
+		}
+		tps := make([]txn.TopicPartitions, len(idx))
+		for j, i := range idx {
+			a := &op.appends[i]
+			tps[j] = txn.TopicPartitions{Topic: a.topic, Partitions: []int32{a.out.Partition}}
+		}
+		results := func(code int16, prs []txn.PartitionResult, err error) {
+			if err != nil {
+				code = txn.ErrorCode(err)
+			}
+			for j, i := range idx {
+				c := code
+				if c == codec.CodeNone && j < len(prs) {
+					c = prs[j].Code
+				}
+				op.appends[i].out.ErrorCode = translateVerifyError(c, version)
+			}
+			oneDone()
+		}
+		if version >= 12 {
+			tc.AddPartitions(txn.AddPartitionsParams{TransactionalID: tid, ProducerID: k.pid, ProducerEpoch: k.epoch,
+				Partitions: tps, Version: 5, Implicit: true},
+				func(res txn.AddPartitionsResult, err error) { results(res.Code, res.Results, err) })
+		} else {
+			tc.Verify(txn.VerifyParams{TransactionalID: tid, ProducerID: k.pid, ProducerEpoch: k.epoch,
+				Partitions: tps, Abortable: true},
+				func(res txn.VerifyResult, err error) { results(res.Code, res.Results, err) })
+		}
+	}
+}
+
+// translateVerifyError maps a coordinator answer to what the producer understands, as Apache's
+// AddPartitionsToTxnManager does (kafka-contracts §1.3):
+//   - PRODUCER_FENCED → INVALID_PRODUCER_EPOCH (Produce never returns 90; 47 is abortable);
+//   - TRANSACTION_ABORTABLE → INVALID_TXN_STATE unless Produce >= v11 understands it;
+//   - CONCURRENT_TRANSACTIONS on Produce v12 stays CONCURRENT_TRANSACTIONS (KAFKA-18662: a TV2
+//     producer's next transaction can race the previous markers, and the client retries 51);
+//   - otherwise the retriable coordinator errors (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR,
+//     COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) → NOT_ENOUGH_REPLICAS, so old
+//     clients retry without a metadata refresh;
+//   - CLUSTER_AUTHORIZATION_FAILED (the leader may not talk to the coordinator) → INVALID_TXN_STATE.
+func translateVerifyError(code, produceVersion int16) int16 {
+	switch code {
+	case codec.CodeProducerFenced:
+		return codec.CodeInvalidProducerEpoch
+	case codec.CodeTransactionAbortable:
+		if produceVersion >= 11 {
+			return code
+		}
+		return codec.CodeInvalidTxnState
+	case codec.CodeConcurrentTransactions:
+		if produceVersion >= 12 {
+			return code
+		}
+		return codec.CodeNotEnoughReplicas
+	case codec.CodeNotCoordinator, codec.CodeCoordinatorNotAvailable, codec.CodeCoordinatorLoadInProgress:
+		return codec.CodeNotEnoughReplicas
+	case codec.CodeClusterAuthorizationFailed:
+		return codec.CodeInvalidTxnState
+	}
+	return code
+}
+
+// produceChain orders a connection's Produce appends while one of them waits for the
+// coordinator. It exists only while busy (so the common path costs one atomic load); the
+// executor is the only creator, the last release deletes it.
+type produceChain struct {
+	mu    sync.Mutex
+	busy  bool
+	dead  bool
+	queue []*produceOp
+}
+
+var (
+	produceChains      sync.Map     // *conn → *produceChain
+	produceChainsAlive atomic.Int64 // number of chains in produceChains (fast-path skip)
+)
+
+// lockedChain returns c's chain locked, creating it if create; nil if none exists.
+func lockedChain(c *conn, create bool) *produceChain {
+	if !create && produceChainsAlive.Load() == 0 {
+		return nil
+	}
+	for {
+		var v any
+		if create {
+			nc := &produceChain{}
+			var loaded bool
+			v, loaded = produceChains.LoadOrStore(c, nc)
+			if !loaded {
+				produceChainsAlive.Add(1)
+			}
+		} else {
+			var ok bool
+			if v, ok = produceChains.Load(c); !ok {
+				return nil
+			}
+		}
+		ch := v.(*produceChain)
+		ch.mu.Lock()
+		if !ch.dead {
+			return ch
+		}
+		ch.mu.Unlock()
+		if !create {
+			return nil
+		}
+	}
+}
+
+// release runs the ops queued behind the one that just finished, in order, until one of them
+// waits for verification again (it releases the chain when done) or the queue is empty (the chain
+// is retired).
+func (ch *produceChain) release(c *conn) {
+	for {
+		ch.mu.Lock()
+		if len(ch.queue) == 0 {
+			ch.busy, ch.dead = false, true
+			if produceChains.CompareAndDelete(c, ch) {
+				produceChainsAlive.Add(-1)
+			}
+			ch.mu.Unlock()
+			return
+		}
+		op := ch.queue[0]
+		ch.queue[0] = nil
+		ch.queue = ch.queue[1:]
+		ch.mu.Unlock()
+		if op.rc.c.closed.Load() {
+			// The connection is gone: drop the parked request (its frame goes back to the pool).
+			op.rc.r.release()
+			continue
+		}
+		if op.run(ch) {
+			return
+		}
+	}
 }

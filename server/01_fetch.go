@@ -213,9 +213,14 @@ func (op *fetchOp) read() (total int, mustAnswer bool) {
 			continue
 		}
 		op.waitOn = append(op.waitOn, p.Changed())
-		r.lso = fetchUpperBound(p, isolationReadCommitted)
-		upTo := fetchUpperBound(p, op.isolation)
+		// One LSO computation serves both the reported LSO and, at READ_COMMITTED, the bound (the
+		// HWM is read after it: it only grows, so LSO <= HWM holds in the answer).
+		r.lso = lastStableOffset(p)
 		r.hwm = p.HighWatermark()
+		upTo := r.hwm
+		if op.isolation == isolationReadCommitted {
+			upTo = r.lso
+		}
 		r.logStart = p.LogStartOffset()
 		leo := p.LogEndOffset()
 		if fp.fetchOffset < r.logStart || fp.fetchOffset > leo {

@@ -52,8 +52,11 @@ func (s *Server) features() []feature {
 	return []feature{{name: "transaction.version", min: 0, max: served, finalized: fin, finalizeEpoch: 1}}
 }
 
-// transactionVersionServed is raised by the transactions work; 0 = no transactional APIs yet.
-var transactionVersionServed int16 = 0
+// transactionVersionServed is the highest transaction.version served: 2 = KIP-890 part 2 (Produce
+// v12 implicit add, EndTxn v5 epoch bump per transaction). cfg.TransactionVersion finalizes a
+// lower level (1) so clients run the TV1 protocol; the coordinator still keys every request on its
+// version, as Apache does.
+const transactionVersionServed int16 = 2
 
 func handleApiVersions(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.ApiVersionsRequest)

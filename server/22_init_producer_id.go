@@ -10,9 +10,14 @@ package server
 //     not ACL-gated (KIP-679); Produce's topic WRITE check is the enforcement point.
 //   - An allocator failure answers COORDINATOR_NOT_AVAILABLE (retriable): we never hand out a PID
 //     whose block was not persisted first.
-//   - A non-empty transactional.id belongs to the transaction coordinator (issue 4); until it is
-//     served the request is answered INVALID_REQUEST so a transactional producer fails fast
-//     instead of retrying forever.
+//   - A non-empty transactional.id belongs to the transaction coordinator
+//     (initTransactionalProducer below): WRITE on the TransactionalId (else
+//     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, before routing is revealed), ownership (else
+//     NOT_COORDINATOR), a running coordinator (else COORDINATOR_NOT_AVAILABLE), then the
+//     coordinator's InitProducerId (KIP-98 / KIP-360 / Apache's fence-on-init: an Ongoing
+//     transaction is aborted and the caller gets CONCURRENT_TRANSACTIONS until the abort is done).
+//     Every epoch bump is fenced on every partition before the answer leaves, so the old session's
+//     writes are rejected from the moment the new one holds its epoch.
 //
 // Version notes:
 //   - v2: flexible; v3: ProducerID/ProducerEpoch in the request (KIP-360);
@@ -23,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/coord/txn"
 )
 
 func init() { register(kmsg.InitProducerID, 0, 5, handleInitProducerID) }
@@ -32,11 +38,7 @@ func handleInitProducerID(rc *reqCtx) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if req.TransactionalID != nil && *req.TransactionalID != "" {
-		if h := initTransactionalProducer; h != nil {
-			return h(rc, req, resp)
-		}
-		resp.ErrorCode = codec.CodeInvalidRequest
-		return resp, nil
+		return initTransactionalProducer(rc, req, resp)
 	}
 	pid, err := rc.s.deps.PIDs.Next()
 	if err != nil {
@@ -48,5 +50,56 @@ func handleInitProducerID(rc *reqCtx) (kmsg.Response, error) {
 	return resp, nil
 }
 
-// initTransactionalProducer is installed by the transaction coordinator wiring.
-var initTransactionalProducer func(rc *reqCtx, req *kmsg.InitProducerIDRequest, resp *kmsg.InitProducerIDResponse) (kmsg.Response, error)
+// initTransactionalProducer is the coordinator path of InitProducerId.
+var initTransactionalProducer = func(rc *reqCtx, req *kmsg.InitProducerIDRequest, resp *kmsg.InitProducerIDResponse) (kmsg.Response, error) {
+	tid := *req.TransactionalID
+	if code := txnCoordinatorGate(rc, tid); code != codec.CodeNone {
+		resp.ErrorCode = code
+		return resp, nil
+	}
+	tc := rc.s.deps.Txn
+	w := markerWriterFor(tc)
+	p := txn.InitProducerIDParams{TransactionalID: tid, TimeoutMs: req.TransactionTimeoutMillis,
+		ProducerID: -1, ProducerEpoch: -1, Version: req.Version}
+	if req.Version >= 3 {
+		p.ProducerID, p.ProducerEpoch = req.ProducerID, req.ProducerEpoch
+	}
+	rc.deferReply()
+	tc.InitProducerID(p, func(res txn.InitProducerIDResult, err error) {
+		if err != nil {
+			resp.ErrorCode = txn.ErrorCode(err)
+			rc.reply(resp)
+			return
+		}
+		// Fence (and, for a rejoin that aborted an Ongoing transaction, the abort markers) before
+		// the answer: the new epoch must already be the floor on every partition when the producer
+		// learns it. The markers themselves complete in the background (the client retries its
+		// CONCURRENT_TRANSACTIONS until they are done).
+		if !res.Action.IsZero() {
+			w.Run(res.Action, nil)
+		}
+		resp.ErrorCode = res.Code
+		if res.Code == codec.CodeNone {
+			resp.ProducerID, resp.ProducerEpoch = res.ProducerID, res.ProducerEpoch
+		}
+		rc.reply(resp)
+	})
+	return nil, nil
+}
+
+// txnCoordinatorGate is the shared front of the coordinator-side transactional handlers (22, 24,
+// 25, 26), in Apache's order: WRITE on the TransactionalId first, so an unauthorized caller
+// learns nothing about routing (53); then ownership (16); then a running coordinator with its
+// marker writer (15).
+func txnCoordinatorGate(rc *reqCtx, tid string) int16 {
+	if !rc.authorized(OpWrite, ResTransactionalID, tid) {
+		return codec.CodeTransactionalIDAuthorization
+	}
+	if !rc.s.deps.Owner.OwnsTransactionalID(tid) {
+		return codec.CodeNotCoordinator
+	}
+	if rc.s.deps.Txn == nil || markerWriterFor(rc.s.deps.Txn) == nil {
+		return codec.CodeCoordinatorNotAvailable
+	}
+	return codec.CodeNone
+}

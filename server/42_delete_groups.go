@@ -5,7 +5,8 @@ package server
 // Behavior:
 //   - Per group: DELETE on the group (GROUP_AUTHORIZATION_FAILED), ownership (NOT_COORDINATOR);
 //     the coordinator deletes only an Empty group (NON_EMPTY_GROUP otherwise, GROUP_ID_NOT_FOUND
-//     for an unknown one) and answers once its committed offsets are durably gone.
+//     for an unknown one) and answers once its committed offsets are durably gone. Staged
+//     transactional offsets do not make a group non-empty (Apache) and are discarded with it.
 //
 // Version notes:
 //   - v2: flexible.

@@ -21,6 +21,7 @@ type testBroker struct {
 	log   *zap.Logger
 
 	closeGroups func() // issue 3: group coordinator, then its offset store
+	closeTxn    func() // issue 4: transaction coordinator, then its marker writer binding
 }
 
 // newTestBroker starts storage + server on 127.0.0.1:0 in a temp dir and registers cleanup.
@@ -56,12 +57,15 @@ func startTestBroker(t *testing.T, cfg configs.Config) *testBroker {
 	// --- group coordinator wiring (issue 3) ---
 	closeGroups := wireGroups(t, cfg, log, &deps)
 	// --- end group coordinator wiring ---
+	// --- transaction coordinator wiring (issue 4) ---
+	closeTxn := wireTxn(t, cfg, log, pids, store, &deps)
+	// --- end transaction coordinator wiring ---
 	srv := New(cfg, log, deps, "test-cluster-id")
 	if err := srv.Start(); err != nil {
 		store.Close()
 		t.Fatal(err)
 	}
-	return &testBroker{cfg: cfg, store: store, srv: srv, log: log, closeGroups: closeGroups}
+	return &testBroker{cfg: cfg, store: store, srv: srv, log: log, closeGroups: closeGroups, closeTxn: closeTxn}
 }
 
 func (tb *testBroker) stop(t *testing.T) {
@@ -69,6 +73,9 @@ func (tb *testBroker) stop(t *testing.T) {
 	defer cancel()
 	if err := tb.srv.Close(ctx); err != nil {
 		t.Errorf("server close: %v", err)
+	}
+	if tb.closeTxn != nil { // issue 4
+		tb.closeTxn()
 	}
 	if tb.closeGroups != nil { // issue 3
 		tb.closeGroups()

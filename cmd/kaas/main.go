@@ -30,6 +30,7 @@ import (
 
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/server"
 	"github.com/kaas-go/kaas/storage"
 )
@@ -84,6 +85,9 @@ type broker struct {
 
 	groups  *group.Coordinator  // issue 3
 	offsets *storage.GroupStore // issue 3
+
+	txn     *txn.Coordinator     // issue 4
+	markers *server.MarkerWriter // issue 4
 }
 
 func startBroker(cfg configs.Config, log *zap.Logger) (*broker, error) {
@@ -126,14 +130,55 @@ func startBroker(cfg configs.Config, log *zap.Logger) (*broker, error) {
 	}
 	deps.Groups = groups
 	// --- end group coordinator wiring ---
+	// --- transaction coordinator wiring (issue 4) ---
+	// The marker writer exists first: it is the coordinator's OnAction (reaper aborts, re-drives).
+	// Start returns every transaction a previous incarnation left prepared; the reconcile pass
+	// fences and writes their markers right away, before the listener accepts clients, and
+	// completes them in the background (their ids answer CONCURRENT_TRANSACTIONS meanwhile).
+	markers := server.NewMarkerWriter(server.MarkerWriterConfig{Store: store, Groups: groups, Logger: log.Named("txn")})
+	tc, err := txn.New(txn.Config{
+		ClusterDir:     clusterDir,
+		MaxTimeoutMs:   int32(cfg.TransactionMaxTimeout.Milliseconds()),
+		ReaperInterval: cfg.TransactionReapInterval,
+		AllocPID:       pids.Next,
+		OwnsSlot:       func(int) bool { return true }, // single broker: every slot
+		OnAction:       markers.OnAction,
+		Logger:         log.Named("txn"),
+	})
+	if err == nil {
+		markers.Attach(tc)
+		var prepared []txn.Action
+		if prepared, err = tc.Start(); err == nil {
+			markers.Reconcile(prepared, func(failed int) {
+				if failed > 0 {
+					log.Warn("prepared transactions not completed at start; the reaper retries them", zap.Int("failed", failed))
+				}
+			})
+		}
+	}
+	if err != nil {
+		if tc != nil {
+			tc.Close()
+		}
+		markers.Detach()
+		groups.Close()
+		offsets.Close()
+		store.Close()
+		return nil, fmt.Errorf("cannot start transaction coordinator (refusing to start): %w", err)
+	}
+	markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
+	deps.Txn = tc
+	// --- end transaction coordinator wiring ---
 	srv := server.New(cfg, log.Named("server"), deps, clusterID)
 	if err := srv.Start(); err != nil {
-		groups.Close()  // issue 3
-		offsets.Close() // issue 3
+		tc.Close()       // issue 4
+		markers.Detach() // issue 4
+		groups.Close()   // issue 3
+		offsets.Close()  // issue 3
 		store.Close()
 		return nil, err
 	}
-	return &broker{store: store, srv: srv, groups: groups, offsets: offsets}, nil
+	return &broker{store: store, srv: srv, groups: groups, offsets: offsets, txn: tc, markers: markers}, nil
 }
 
 func (b *broker) close(log *zap.Logger) {
@@ -142,6 +187,10 @@ func (b *broker) close(log *zap.Logger) {
 	if err := b.srv.Close(ctx); err != nil {
 		log.Warn("server close", zap.Error(err))
 	}
+	// issue 4: the transaction coordinator drains its queue (in-flight marker dispatches that
+	// complete later find it closed and leave their transactions prepared for the next start).
+	b.txn.Close()
+	b.markers.Detach()
 	// issue 3: the coordinator answers what is parked and waits for in-flight commits; then the
 	// offsets log is closed.
 	b.groups.Close()

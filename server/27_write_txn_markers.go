@@ -1,0 +1,88 @@
+package server
+
+// WriteTxnMarkers: v0-1
+//
+// Behavior:
+//   - The partition-leader side of Apache's inter-broker marker API; kafka-transactions.sh abort
+//     (KIP-664) sends it to the leader of a hanging transaction's partition. CLUSTER_ACTION on the
+//     cluster is required: CLUSTER_AUTHORIZATION_FAILED (31) on every partition otherwise.
+//   - Per marker, per partition: UNKNOWN_TOPIC_OR_PARTITION (3) if it does not exist,
+//     NOT_LEADER_OR_FOLLOWER (6) if we do not lead it, else AppendMarker (epoch below the
+//     producer's → INVALID_PRODUCER_EPOCH 47, older coordinator epoch →
+//     TRANSACTION_COORDINATOR_FENCED 52) and the answer waits until the marker is durable
+//     (acks=-1; fsync failure → KAFKA_STORAGE_ERROR 56). Markers go through the same
+//     per-partition queue as the coordinator's own (markers.go), so concurrent ones share a Sync.
+//   - A marker for a producer with no ongoing transaction on the partition is written anyway and
+//     closes nothing (Apache does the same), so retries are harmless.
+//
+// Version notes: v1 flexible. (v2, KIP-1228, TransactionVersion per marker, is not served.)
+
+import (
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage"
+)
+
+func init() { register(kmsg.WriteTxnMarkers, 0, 1, handleWriteTxnMarkers) }
+
+func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.WriteTxnMarkersRequest)
+	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+	allowed := rc.authorized(OpClusterAction, ResCluster, clusterResource)
+	var left atomic.Int32
+	left.Store(1)
+	done := func() {
+		if left.Add(-1) == 0 {
+			rc.reply(resp)
+		}
+	}
+	rc.deferReply()
+	resp.Markers = make([]kmsg.WriteTxnMarkersResponseMarker, len(req.Markers))
+	for i := range req.Markers {
+		m := &req.Markers[i]
+		om := &resp.Markers[i]
+		*om = kmsg.NewWriteTxnMarkersResponseMarker()
+		om.ProducerID = m.ProducerID
+		om.Topics = make([]kmsg.WriteTxnMarkersResponseMarkerTopic, len(m.Topics))
+		for j := range m.Topics {
+			mt := &m.Topics[j]
+			ot := &om.Topics[j]
+			*ot = kmsg.NewWriteTxnMarkersResponseMarkerTopic()
+			ot.Topic = mt.Topic
+			ot.Partitions = make([]kmsg.WriteTxnMarkersResponseMarkerTopicPartition, len(mt.Partitions))
+			t := rc.s.deps.Store.Topic(mt.Topic)
+			for k, pn := range mt.Partitions {
+				op := &ot.Partitions[k]
+				*op = kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
+				op.Partition = pn
+				if !allowed {
+					op.ErrorCode = codec.CodeClusterAuthorizationFailed
+					continue
+				}
+				var p *storage.Partition
+				if t != nil {
+					p = t.Partition(pn)
+				}
+				switch {
+				case p == nil:
+					op.ErrorCode = codec.CodeUnknownTopicOrPartition
+					continue
+				case !rc.s.deps.Owner.LeadsPartition(mt.Topic, pn):
+					op.ErrorCode = codec.CodeNotLeaderForPartition
+					continue
+				}
+				left.Add(1)
+				enqueueMarker(p, markerItem{pid: m.ProducerID, epoch: m.ProducerEpoch, commit: m.Committed,
+					coordinatorEpoch: m.CoordinatorEpoch, done: func(code int16) {
+						op.ErrorCode = code
+						done()
+					}})
+			}
+		}
+	}
+	done()
+	return nil, nil
+}

@@ -1,0 +1,216 @@
+package server
+
+// TxnOffsetCommit: v0-5
+//
+// Behavior (Apache KafkaApis.handleTxnOffsetCommitRequest + GroupCoordinator.handleTxnCommitOffsets):
+//   - Gates in Apache's order: WRITE on the TransactionalId (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+//     on every partition), READ on the group (GROUP_AUTHORIZATION_FAILED on every partition), then
+//     per topic READ (TOPIC_AUTHORIZATION_FAILED) and existence (UNKNOWN_TOPIC_OR_PARTITION: Apache
+//     answers it for a topic or partition its metadata does not know and stages the rest), and
+//     metadata at most 4096 bytes (OFFSET_METADATA_TOO_LARGE). The remaining partitions need the
+//     group coordinator (COORDINATOR_NOT_AVAILABLE while it is not wired), ownership of the group
+//     (NOT_COORDINATOR) and a transaction coordinator (COORDINATOR_NOT_AVAILABLE without one).
+//   - Transaction check (KIP-890), before any group validation, as Apache does it before
+//     doTxnCommitOffsets:
+//     v0-4 (TV1): the group must be in the producer's ongoing transaction (AddOffsetsToTxn added
+//     it). Apache 3.6+ verifies the group's __consumer_offsets partition with the transaction
+//     coordinator (transaction.partition.verification.enable, default true); we verify the group
+//     the transaction recorded. Unknown id / other producer id → INVALID_PRODUCER_ID_MAPPING,
+//     other epoch → INVALID_PRODUCER_EPOCH (Apache's AddPartitionsToTxnManager turns
+//     PRODUCER_FENCED into it), Prepare* → CONCURRENT_TRANSACTIONS, not Ongoing or group not added
+//     → INVALID_TXN_STATE (v0-3) / TRANSACTION_ABORTABLE (v4, KIP-890 genericErrorSupported).
+//     v5 (TV2): the group is added to the transaction implicitly (the AddOffsetsToTxn the client no
+//     longer sends); its errors pass through except PRODUCER_FENCED → INVALID_PRODUCER_EPOCH.
+//     A transaction coordinator that cannot answer (closed, not the owner, slot write failed) →
+//     COORDINATOR_NOT_AVAILABLE (retriable).
+//   - Then the group coordinator: KIP-447 fencing (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+//     FENCED_INSTANCE_ID; generation -1 without member = no group check), the producer epoch
+//     (INVALID_PRODUCER_EPOCH for an epoch older than the highest seen for the group and producer),
+//     and a guard against the transaction ending while it was being checked (INVALID_TXN_STATE).
+//     The offsets are staged durably (fsync'd before NONE), invisible to OffsetFetch until the
+//     transaction commits (require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile).
+//
+// Version notes: v1 = v0; v2: committed_leader_epoch; v3: flexible, generation / member id /
+// group instance id (KIP-447); v4: TRANSACTION_ABORTABLE; v5: TV2 implicit AddOffsetsToTxn.
+// v6 (topic ids) is not served.
+
+import (
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/txn"
+	"github.com/kaas-go/kaas/storage"
+)
+
+func init() { register(kmsg.TxnOffsetCommit, 0, 5, handleTxnOffsetCommit) }
+
+func handleTxnOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.TxnOffsetCommitRequest)
+	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewTxnOffsetCommitResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+			sp.Partition = rp.Partition
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	all := func(code int16) (kmsg.Response, error) {
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				resp.Topics[i].Partitions[j].ErrorCode = code
+			}
+		}
+		return resp, nil
+	}
+	if !rc.authorized(OpWrite, ResTransactionalID, req.TransactionalID) {
+		return all(codec.CodeTransactionalIDAuthorization)
+	}
+	if !rc.authorized(OpRead, ResGroup, req.Group) {
+		return all(codec.CodeGroupAuthorizationFailed)
+	}
+
+	type slot struct{ t, p int }
+	var pending []slot
+	var offs []storage.GroupOffset
+	for ti, rt := range req.Topics {
+		topicCode := codec.CodeNone
+		var topic *storage.Topic
+		if !rc.authorized(OpRead, ResTopic, rt.Topic) {
+			topicCode = codec.CodeTopicAuthorizationFailed
+		} else if topic = rc.s.deps.Store.Topic(rt.Topic); topic == nil {
+			topicCode = codec.CodeUnknownTopicOrPartition
+		}
+		for pi, rp := range rt.Partitions {
+			sp := &resp.Topics[ti].Partitions[pi]
+			sp.ErrorCode = topicCode
+			if topicCode != codec.CodeNone {
+				continue
+			}
+			switch {
+			case rp.Partition < 0 || rp.Partition >= topic.NumPartitions():
+				sp.ErrorCode = codec.CodeUnknownTopicOrPartition
+			case rp.Metadata != nil && len(*rp.Metadata) > group.MaxMetadataBytes:
+				sp.ErrorCode = codec.CodeOffsetMetadataTooLarge
+			default:
+				md := ""
+				if rp.Metadata != nil {
+					md = *rp.Metadata
+				}
+				epoch := rp.LeaderEpoch
+				if req.Version < 2 {
+					epoch = -1
+				}
+				offs = append(offs, storage.GroupOffset{Topic: rt.Topic, Partition: rp.Partition,
+					Offset: rp.Offset, LeaderEpoch: epoch, Metadata: md})
+				pending = append(pending, slot{ti, pi})
+			}
+		}
+	}
+	if len(offs) == 0 {
+		return resp, nil
+	}
+	answer := func(code int16) {
+		for _, s := range pending {
+			resp.Topics[s.t].Partitions[s.p].ErrorCode = code
+		}
+	}
+	switch {
+	case rc.s.deps.Groups == nil:
+		answer(codec.CodeCoordinatorNotAvailable)
+		return resp, nil
+	case !rc.s.deps.Owner.OwnsGroup(req.Group):
+		answer(codec.CodeNotCoordinator)
+		return resp, nil
+	case rc.s.deps.Txn == nil:
+		answer(codec.CodeCoordinatorNotAvailable)
+		return resp, nil
+	}
+
+	tc := group.TxnCommit{
+		Commit:        group.Commit{Group: req.Group, Generation: -1},
+		ProducerID:    req.ProducerID,
+		ProducerEpoch: req.ProducerEpoch,
+	}
+	if req.Version >= 3 {
+		tc.Generation, tc.MemberID = req.Generation, req.MemberID
+		if req.InstanceID != nil {
+			tc.InstanceID = *req.InstanceID
+		}
+	}
+	verify := txnOffsetCommitCheck(rc.s.deps.Txn, req)
+	rc.deferReply()
+	rc.s.deps.Groups.TxnOffsetCommit(tc, offs, verify, func(code int16) {
+		answer(code)
+		rc.reply(resp)
+	})
+	return nil, nil
+}
+
+// txnOffsetCommitCheck is the transaction-coordinator half of TxnOffsetCommit (see the file
+// comment): the TV2 implicit group add for v5, the TV1 verification otherwise.
+func txnOffsetCommitCheck(tc *txn.Coordinator, req *kmsg.TxnOffsetCommitRequest) func(done func(int16)) {
+	tid, pid, epoch, grp, version := req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group, req.Version
+	if version >= 5 {
+		return func(done func(int16)) {
+			tc.AddOffsets(txn.AddOffsetsParams{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch,
+				Group: grp, Version: version, Implicit: true}, func(res txn.AddOffsetsResult, err error) {
+				if err != nil {
+					done(codec.CodeCoordinatorNotAvailable)
+					return
+				}
+				done(translateTxnCheckCode(res.Code, version))
+			})
+		}
+	}
+	return func(done func(int16)) {
+		tc.Submit(tid, func(e *txn.Entry, _ time.Time) (*txn.Entry, any) {
+			return e, verifyGroupInTxn(e, tid, pid, epoch, grp)
+		}, func(res any, err error) {
+			if err != nil {
+				done(codec.CodeCoordinatorNotAvailable)
+				return
+			}
+			done(translateTxnCheckCode(res.(int16), version))
+		})
+	}
+}
+
+// verifyGroupInTxn is Apache's handleVerifyPartitionsInTransaction for the group's offsets
+// partition, read-only: the group must be part of the producer's Ongoing transaction. A missing
+// group answers TRANSACTION_ABORTABLE (3.8+ coordinators); the caller downgrades it for old
+// clients.
+func verifyGroupInTxn(e *txn.Entry, tid string, pid int64, epoch int16, grp string) int16 {
+	switch {
+	case txn.CheckTransactionalID(tid) != codec.CodeNone:
+		return codec.CodeInvalidRequest
+	case e == nil || e.ProducerID != pid:
+		return codec.CodeInvalidProducerIDMapping
+	case e.ProducerEpoch != epoch:
+		return codec.CodeProducerFenced
+	case e.Pending() || e.State.IsPrepare():
+		return codec.CodeConcurrentTransactions
+	case e.State != txn.Ongoing || !slices.Contains(e.Groups, grp):
+		return codec.CodeTransactionAbortable
+	}
+	return codec.CodeNone
+}
+
+// translateTxnCheckCode is AddPartitionsToTxnManager's translation for the client of
+// TxnOffsetCommit: PRODUCER_FENCED → INVALID_PRODUCER_EPOCH (the producer aborts and may carry
+// on), TRANSACTION_ABORTABLE → INVALID_TXN_STATE for versions that predate it (v0-3, defaultError).
+func translateTxnCheckCode(code, version int16) int16 {
+	switch {
+	case code == codec.CodeProducerFenced:
+		return codec.CodeInvalidProducerEpoch
+	case code == codec.CodeTransactionAbortable && version <= 3:
+		return codec.CodeInvalidTxnState
+	}
+	return code
+}

@@ -1,0 +1,52 @@
+package server
+
+// ListTransactions: v0-1 (KIP-664, KIP-994)
+//
+// Behavior:
+//   - Lists the transactions this broker coordinates, filtered by state names, producer ids and
+//     (v1) DurationFilterMillis (only transactions open at least that long; <= 0 = no filter).
+//     Unknown state names are echoed in UnknownStateFilters and match nothing (Apache).
+//   - Entries whose TransactionalId the caller may not DESCRIBE are left out (Apache filters
+//     silently, no error). No coordinator → COORDINATOR_NOT_AVAILABLE (15).
+//
+// Version notes: v1 DurationFilterMillis. (v2 TransactionalIdPattern, KIP-1152, not served.)
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/coord/txn"
+)
+
+func init() { register(kmsg.ListTransactions, 0, 1, handleListTransactions) }
+
+func handleListTransactions(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.ListTransactionsRequest)
+	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
+	tc := rc.s.deps.Txn
+	if tc == nil {
+		resp.ErrorCode = codec.CodeCoordinatorNotAvailable
+		return resp, nil
+	}
+	f := txn.ListFilter{States: req.StateFilters, ProducerIDs: req.ProducerIDFilters, DurationMs: -1}
+	if req.Version >= 1 {
+		f.DurationMs = req.DurationFilterMillis
+	}
+	rc.deferReply()
+	tc.List(f, func(txns []txn.ListedTxn, unknown []string, err error) {
+		if err != nil {
+			resp.ErrorCode = txn.ErrorCode(err)
+		}
+		resp.UnknownStateFilters = unknown
+		for _, lt := range txns {
+			if !rc.authorized(OpDescribe, ResTransactionalID, lt.TransactionalID) {
+				continue
+			}
+			st := kmsg.NewListTransactionsResponseTransactionState()
+			st.TransactionalID, st.ProducerID, st.TransactionState = lt.TransactionalID, lt.ProducerID, lt.State
+			resp.TransactionStates = append(resp.TransactionStates, st)
+		}
+		rc.reply(resp)
+	})
+	return nil, nil
+}
