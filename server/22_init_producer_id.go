@@ -58,7 +58,7 @@ var initTransactionalProducer = func(rc *reqCtx, req *kmsg.InitProducerIDRequest
 		return resp, nil
 	}
 	tc := rc.s.deps.Txn
-	w := markerWriterFor(tc)
+	w := rc.s.deps.Markers
 	p := txn.InitProducerIDParams{TransactionalID: tid, TimeoutMs: req.TransactionTimeoutMillis,
 		ProducerID: -1, ProducerEpoch: -1, Version: req.Version}
 	if req.Version >= 3 {
@@ -98,7 +98,7 @@ func txnCoordinatorGate(rc *reqCtx, tid string) int16 {
 	if !rc.s.deps.Owner.OwnsTransactionalID(tid) {
 		return codec.CodeNotCoordinator
 	}
-	if rc.s.deps.Txn == nil || markerWriterFor(rc.s.deps.Txn) == nil {
+	if rc.s.deps.Txn == nil || rc.s.deps.Markers == nil {
 		return codec.CodeCoordinatorNotAvailable
 	}
 	return codec.CodeNone

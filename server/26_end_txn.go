@@ -48,7 +48,7 @@ func handleEndTxn(rc *reqCtx) (kmsg.Response, error) {
 		return resp, nil
 	}
 	tc := rc.s.deps.Txn
-	w := markerWriterFor(tc)
+	w := rc.s.deps.Markers
 	start := rc.start
 	answer := func(code int16, pid int64, epoch int16) {
 		resp.ErrorCode = code

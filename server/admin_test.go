@@ -584,7 +584,7 @@ func TestAdminDescribeCluster(t *testing.T) {
 		req.Version = v
 		req.IncludeClusterAuthorizedOperations = v == 1
 		resp := e.rawRequest(t, req).(*kmsg.DescribeClusterResponse)
-		if resp.ErrorCode != 0 || resp.ClusterID != "test-cluster-id" || resp.ControllerID != 3 || len(resp.Brokers) != 1 {
+		if resp.ErrorCode != 0 || resp.ClusterID != e.s.clusterID || len(resp.ClusterID) != 22 || resp.ControllerID != 3 || len(resp.Brokers) != 1 {
 			t.Fatalf("v%d: %+v", v, resp)
 		}
 		b := resp.Brokers[0]

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,24 +13,17 @@ import (
 
 // testBroker is an in-process broker on 127.0.0.1:0 with its own temp data dir.
 type testBroker struct {
+	*Broker
 	cfg   configs.Config
 	store *storage.Store
 	srv   *Server
-	log   *zap.Logger
-
-	closeGroups func() // issue 3: group coordinator, then its offset store
-	closeTxn    func() // issue 4: transaction coordinator, then its marker writer binding
 }
 
-// newTestBroker starts storage + server on 127.0.0.1:0 in a temp dir and registers cleanup.
+// newTestBroker starts a broker (StartBroker: the same wiring as cmd/kaas) on 127.0.0.1:0 in a
+// temp dir and registers cleanup.
 func newTestBroker(t *testing.T, opts ...func(*configs.Config)) (string, *Server) {
 	t.Helper()
-	cfg := configs.Default()
-	cfg.Listeners = "127.0.0.1:0"
-	cfg.MetricsAddr = ""
-	cfg.DataDir = t.TempDir()
-	cfg.NumEventLoops = 2
-	cfg.GroupInitialRebalanceDelay = 0
+	cfg := testConfig(t)
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -41,47 +32,34 @@ func newTestBroker(t *testing.T, opts ...func(*configs.Config)) (string, *Server
 	return tb.srv.Addr().String(), tb.srv
 }
 
+// testConfig is the default configuration on a free loopback port and a temp dir.
+func testConfig(t *testing.T) configs.Config {
+	cfg := configs.Default()
+	cfg.Listeners = "127.0.0.1:0"
+	cfg.MetricsAddr = ""
+	cfg.DataDir = t.TempDir()
+	cfg.NumEventLoops = 2
+	cfg.GroupInitialRebalanceDelay = 0
+	return cfg
+}
+
 // startTestBroker starts a broker on cfg (reusing cfg.DataDir); the caller stops it.
-func startTestBroker(t *testing.T, cfg configs.Config) *testBroker {
+func startTestBroker(t *testing.T, cfg configs.Config, opts ...BrokerOptions) *testBroker {
 	t.Helper()
-	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	pids, err := storage.OpenPIDAllocator(filepath.Join(cfg.DataDir, "__cluster"), cfg.BrokerID)
+	var o BrokerOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	b, err := StartBroker(cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := storage.Open(storage.Config{Dir: cfg.DataDir, Defaults: TopicDefaults(cfg), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps := Deps{Store: store, PIDs: pids}
-	// --- group coordinator wiring (issue 3) ---
-	closeGroups := wireGroups(t, cfg, log, &deps)
-	// --- end group coordinator wiring ---
-	// --- transaction coordinator wiring (issue 4) ---
-	closeTxn := wireTxn(t, cfg, log, pids, store, &deps)
-	// --- end transaction coordinator wiring ---
-	srv := New(cfg, log, deps, "test-cluster-id")
-	if err := srv.Start(); err != nil {
-		store.Close()
-		t.Fatal(err)
-	}
-	return &testBroker{cfg: cfg, store: store, srv: srv, log: log, closeGroups: closeGroups, closeTxn: closeTxn}
+	return &testBroker{Broker: b, cfg: cfg, store: b.Store, srv: b.Server}
 }
 
 func (tb *testBroker) stop(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := tb.srv.Close(ctx); err != nil {
-		t.Errorf("server close: %v", err)
-	}
-	if tb.closeTxn != nil { // issue 4
-		tb.closeTxn()
-	}
-	if tb.closeGroups != nil { // issue 3
-		tb.closeGroups()
-	}
-	if err := tb.store.Close(); err != nil {
-		t.Errorf("store close: %v", err)
+	if err := tb.Close(); err != nil {
+		t.Errorf("broker close: %v", err)
 	}
 }
 

@@ -107,10 +107,6 @@ type MarkerWriter struct {
 	stopWatch chan struct{}
 }
 
-// markerWriters maps a coordinator to its writer so handlers reach the writer through Deps.Txn
-// (Deps has no field for it; see the report).
-var markerWriters sync.Map // *txn.Coordinator → *MarkerWriter
-
 // NewMarkerWriter builds a writer; Attach binds it to its coordinator.
 func NewMarkerWriter(cfg MarkerWriterConfig) *MarkerWriter {
 	if cfg.Owner == nil {
@@ -126,16 +122,12 @@ func NewMarkerWriter(cfg MarkerWriterConfig) *MarkerWriter {
 // Attach binds the writer to the coordinator whose actions it carries out (before Start).
 func (w *MarkerWriter) Attach(c *txn.Coordinator) {
 	w.tc.Store(c)
-	markerWriters.Store(c, w)
 }
 
 // Detach forgets the binding and stops the hanging-transaction watch (after the coordinator is
 // closed).
 func (w *MarkerWriter) Detach() {
 	w.stopOnce.Do(func() { close(w.stopWatch) })
-	if c := w.tc.Load(); c != nil {
-		markerWriters.CompareAndDelete(c, w)
-	}
 }
 
 var mHangingPartitionTxns atomic.Int64
@@ -190,17 +182,6 @@ func (w *MarkerWriter) scanHanging(now time.Time, maxTimeout time.Duration) {
 		}
 	}
 	mHangingPartitionTxns.Store(n)
-}
-
-func markerWriterFor(c *txn.Coordinator) *MarkerWriter {
-	if c == nil {
-		return nil
-	}
-	v, ok := markerWriters.Load(c)
-	if !ok {
-		return nil
-	}
-	return v.(*MarkerWriter)
 }
 
 // OnAction is txn.Config.OnAction: reaper aborts and re-drives have no waiter.

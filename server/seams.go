@@ -11,6 +11,9 @@ import (
 type Ownership interface {
 	OwnsGroup(group string) bool
 	OwnsTransactionalID(id string) bool
+	// OwnsTransactionalSlot: transaction state is owned per slot file (fnv1a32(id) % 50), never
+	// per id, so each slot file has exactly one writer in a cluster.
+	OwnsTransactionalSlot(slot int) bool
 	LeadsPartition(topic string, partition int32) bool
 }
 
@@ -18,6 +21,7 @@ type singleBroker struct{}
 
 func (singleBroker) OwnsGroup(string) bool             { return true }
 func (singleBroker) OwnsTransactionalID(string) bool   { return true }
+func (singleBroker) OwnsTransactionalSlot(int) bool    { return true }
 func (singleBroker) LeadsPartition(string, int32) bool { return true }
 
 // Operation and ResourceType follow Kafka's ACL model (AclOperation / ResourceType).

@@ -42,6 +42,8 @@ type Deps struct {
 	// Txn is the transaction coordinator; nil answers the transactional APIs
 	// COORDINATOR_NOT_AVAILABLE.
 	Txn *txn.Coordinator
+	// Markers writes transaction markers and completes transactions for Txn.
+	Markers *MarkerWriter
 }
 
 // Server is one broker's Kafka listener.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,44 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/txn"
-	"github.com/kaas-go/kaas/storage"
 )
-
-// wireTxn builds the marker writer and the transaction coordinator for a test broker (the same
-// wiring as cmd/kaas), runs the reconcile pass and sets deps.Txn; the closer runs after the
-// server is closed.
-func wireTxn(t *testing.T, cfg configs.Config, log *zap.Logger, pids *storage.PIDAllocator, store *storage.Store, deps *Deps) func() {
-	t.Helper()
-	mw := NewMarkerWriter(MarkerWriterConfig{Store: store, Groups: deps.Groups, Logger: log})
-	tc, err := txn.New(txn.Config{
-		ClusterDir:     filepath.Join(cfg.DataDir, "__cluster"),
-		MaxTimeoutMs:   int32(cfg.TransactionMaxTimeout.Milliseconds()),
-		ReaperInterval: cfg.TransactionReapInterval,
-		AllocPID:       pids.Next,
-		OwnsSlot:       func(int) bool { return true },
-		OnAction:       mw.OnAction,
-		Logger:         log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw.Attach(tc)
-	acts, err := tc.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw.Reconcile(acts, nil)
-	mw.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
-	deps.Txn = tc
-	return func() {
-		tc.Close()
-		mw.Detach()
-	}
-}
 
 // txnVersions runs f once per finalized transaction.version (2 = default, 1 = TV1 fallback).
 func txnVersions(t *testing.T, f func(t *testing.T, tv int16)) {
@@ -581,7 +546,7 @@ func TestTxnWriteTxnMarkersAbortMovesLSO(t *testing.T) {
 	}
 
 	// The partition-side hanging watch: open longer than transaction.max.timeout.ms.
-	mw := markerWriterFor(srv.deps.Txn)
+	mw := srv.deps.Markers
 	mw.scanHanging(time.Now(), 15*time.Minute)
 	if n := mHangingPartitionTxns.Load(); n != 0 {
 		t.Errorf("hanging count %d for a fresh transaction", n)
@@ -736,40 +701,18 @@ func denyKey(op Operation, rt ResourceType, name string) string {
 }
 
 func TestTxnACLGates(t *testing.T) {
-	cfg := configs.Default()
-	cfg.Listeners = "127.0.0.1:0"
-	cfg.MetricsAddr = ""
-	cfg.DataDir = t.TempDir()
+	cfg := testConfig(t)
 	cfg.NumEventLoops = 1
-	log := zap.NewNop()
-	pids, err := storage.OpenPIDAllocator(filepath.Join(cfg.DataDir, "__cluster"), cfg.BrokerID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := storage.Open(storage.Config{Dir: cfg.DataDir, Defaults: TopicDefaults(cfg), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.CreateTopic("acl", 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	deps := Deps{Store: store, PIDs: pids, Authz: txnDeny{
+	tb := startTestBroker(t, cfg, BrokerOptions{Authz: txnDeny{
 		denyKey(OpWrite, ResTransactionalID, "denied-id"):     true,
 		denyKey(OpRead, ResGroup, "denied-group"):             true,
 		denyKey(OpClusterAction, ResCluster, clusterResource): true,
-	}}
-	closeTxn := wireTxn(t, cfg, log, pids, store, &deps)
-	srv := New(cfg, log, deps, "acl-cluster")
-	if err := srv.Start(); err != nil {
+	}})
+	t.Cleanup(func() { tb.stop(t) })
+	if _, err := tb.store.CreateTopic("acl", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Close(ctx)
-		closeTxn()
-		_ = store.Close()
-	})
+	srv := tb.srv
 	rc := dialRaw(t, srv.Addr().String())
 
 	ip := kmsg.NewPtrInitProducerIDRequest()
@@ -822,7 +765,7 @@ func TestTxnACLGates(t *testing.T) {
 	if r := fxRoundTrip[*kmsg.ProduceResponse](t, rc, pr); r.Topics[0].Partitions[0].ErrorCode != int16(kerr.TransactionalIDAuthorizationFailed.Code) {
 		t.Errorf("transactional produce with a null id: %v", kerr.ErrorForCode(r.Topics[0].Partitions[0].ErrorCode))
 	}
-	if leo := store.Topic("acl").Partition(0).LogEndOffset(); leo != 0 {
+	if leo := tb.store.Topic("acl").Partition(0).LogEndOffset(); leo != 0 {
 		t.Errorf("refused writes appended: log end %d", leo)
 	}
 }

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/txn"
+	"github.com/kaas-go/kaas/storage"
+)
+
+// Broker is one kaas broker: every subsystem wired together, started in dependency order and
+// closed in reverse. cmd/kaas, the integration tests and the benchmarks all start brokers through
+// StartBroker, so there is exactly one wiring.
+//
+//	start: cluster id → PID allocator → partition store → committed-offset store → group
+//	       coordinator → marker writer + transaction coordinator (prepared transactions a
+//	       previous incarnation left are fenced and their markers written) → Kafka listener
+//	close: listener → transaction coordinator → group coordinator → offset store → partitions
+type Broker struct {
+	Server  *Server
+	Store   *storage.Store
+	Offsets *storage.GroupStore
+	Groups  *group.Coordinator
+	Txn     *txn.Coordinator
+	Markers *MarkerWriter
+
+	log *zap.Logger
+}
+
+// BrokerOptions are the seams a deployment (or a test) may replace.
+type BrokerOptions struct {
+	Authz Authorizer // nil allows everything
+	Owner Ownership  // nil: one broker owns every group, transactional id and partition
+}
+
+// StartBroker opens the data directory and starts serving. Any subsystem that cannot open its
+// state refuses to start the broker with an error naming what is wrong: guessing would reuse
+// producer ids, lose committed offsets or forget prepared transactions.
+func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Broker, err error) {
+	b = &Broker{log: log}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)
+	}
+	clusterDir := filepath.Join(cfg.DataDir, "__cluster")
+	clusterID, err := loadOrCreateClusterID(clusterDir)
+	if err != nil {
+		return nil, err
+	}
+	pids, err := storage.OpenPIDAllocator(clusterDir, cfg.BrokerID)
+	if err != nil {
+		// Never fall back to an in-memory counter: that would reissue producer ids.
+		return nil, fmt.Errorf("cannot open producer id allocator (refusing to start): %w", err)
+	}
+	if b.Store, err = storage.Open(storage.Config{
+		Dir:                    cfg.DataDir,
+		Defaults:               TopicDefaults(cfg),
+		RetentionCheckInterval: cfg.RetentionCheckInterval,
+		Logger:                 log.Named("storage"),
+	}); err != nil {
+		return nil, fmt.Errorf("cannot open storage: %w", err)
+	}
+	// A corrupt offsets log (not just a torn tail) refuses to start.
+	if b.Offsets, err = storage.OpenGroupStore(cfg.DataDir, log.Named("storage")); err != nil {
+		return nil, fmt.Errorf("cannot open committed offsets (refusing to start): %w", err)
+	}
+	b.Groups = group.New(GroupConfig(cfg), b.Offsets, log.Named("group"))
+	if err := b.Groups.Start(); err != nil {
+		return nil, err
+	}
+	owner := opts.Owner
+	if owner == nil {
+		owner = singleBroker{}
+	}
+	// The marker writer exists first: it is the coordinator's OnAction (reaper aborts,
+	// re-drives). Start returns every transaction a previous incarnation left prepared; the
+	// reconcile pass fences and writes their markers before the listener accepts clients and
+	// completes them in the background (their ids answer CONCURRENT_TRANSACTIONS meanwhile).
+	b.Markers = NewMarkerWriter(MarkerWriterConfig{Store: b.Store, Groups: b.Groups, Owner: owner, Logger: log.Named("txn")})
+	if b.Txn, err = txn.New(txn.Config{
+		ClusterDir:     clusterDir,
+		MaxTimeoutMs:   int32(cfg.TransactionMaxTimeout.Milliseconds()),
+		ReaperInterval: cfg.TransactionReapInterval,
+		AllocPID:       pids.Next,
+		OwnsSlot:       func(slot int) bool { return owner.OwnsTransactionalSlot(slot) },
+		OnAction:       b.Markers.OnAction,
+		Logger:         log.Named("txn"),
+	}); err != nil {
+		return nil, fmt.Errorf("cannot start transaction coordinator (refusing to start): %w", err)
+	}
+	b.Markers.Attach(b.Txn)
+	prepared, err := b.Txn.Start()
+	if err != nil {
+		return nil, fmt.Errorf("cannot start transaction coordinator (refusing to start): %w", err)
+	}
+	b.Markers.Reconcile(prepared, func(failed int) {
+		if failed > 0 {
+			log.Warn("prepared transactions not completed at start; the reaper retries them", zap.Int("failed", failed))
+		}
+	})
+	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
+
+	deps := Deps{Store: b.Store, PIDs: pids, Owner: owner, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers}
+	b.Server = New(cfg, log.Named("server"), deps, clusterID)
+	if err := b.Server.Start(); err != nil {
+		b.Server = nil
+		return nil, err
+	}
+	return b, nil
+}
+
+// Addr is the bound Kafka listener address.
+func (b *Broker) Addr() *net.TCPAddr { return b.Server.Addr() }
+
+// Close shuts the broker down in reverse start order. In-flight marker dispatches that finish
+// after the transaction coordinator closed leave their transactions prepared; the next start
+// completes them.
+func (b *Broker) Close() error {
+	return b.close()
+}
+
+func (b *Broker) close() error {
+	var errs []error
+	if b.Server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := b.Server.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("server: %w", err))
+		}
+		cancel()
+	}
+	if b.Txn != nil {
+		b.Txn.Close()
+	}
+	if b.Markers != nil {
+		b.Markers.Detach()
+	}
+	if b.Groups != nil {
+		b.Groups.Close() // answers what is parked, waits for in-flight commits
+	}
+	if b.Offsets != nil {
+		if err := b.Offsets.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("offset store: %w", err))
+		}
+	}
+	if b.Store != nil {
+		if err := b.Store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("storage: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadOrCreateClusterID keeps the cluster id (a base64url UUID, as Kafka prints them) stable
+// across restarts; it is written tmp + fsync + rename before first use.
+func loadOrCreateClusterID(dir string) (string, error) {
+	path := filepath.Join(dir, "cluster.json")
+	var meta struct {
+		ClusterID string `json:"clusterId"`
+	}
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(data, &meta); err != nil || meta.ClusterID == "" {
+			return "", fmt.Errorf("cannot parse %s (fix or remove it): %v", path, err)
+		}
+		return meta.ClusterID, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return "", err
+	}
+	id[6] = id[6]&0x0f | 0x40
+	id[8] = id[8]&0x3f | 0x80
+	meta.ClusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("cannot create %s: %w", dir, err)
+	}
+	data, _ = json.Marshal(meta)
+	if err := writeFileDurable(path, data); err != nil {
+		return "", fmt.Errorf("cannot persist cluster id to %s: %w", path, err)
+	}
+	return meta.ClusterID, nil
+}
+
+// writeFileDurable writes tmp + fsync + rename + directory fsync.
+func writeFileDurable(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(filepath.Dir(path)); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	return err
+}
