@@ -194,35 +194,8 @@ func loadOrCreateClusterID(dir string) (string, error) {
 		return "", fmt.Errorf("cannot create %s: %w", dir, err)
 	}
 	data, _ = json.Marshal(meta)
-	if err := writeFileDurable(path, data); err != nil {
+	if err := storage.WriteFileAtomic(dir, "cluster.json", data); err != nil {
 		return "", fmt.Errorf("cannot persist cluster id to %s: %w", path, err)
 	}
 	return meta.ClusterID, nil
-}
-
-// writeFileDurable writes tmp + fsync + rename + directory fsync.
-func writeFileDurable(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(filepath.Dir(path)); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	return err
 }

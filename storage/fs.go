@@ -32,8 +32,8 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	return f, nil
 }
 
-// syncDir fsyncs a directory so that a create, rename or unlink inside it survives a crash.
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory so that a create, rename or unlink inside it survives a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -45,11 +45,9 @@ func syncDir(dir string) error {
 	return err
 }
 
-// writeFileAtomic replaces dir/name with data: write a temp file, fsync it, rename it over the
-// target, fsync the directory. A crash leaves either the old or the new content, never a mix.
-func writeFileAtomic(dir, name string, data []byte) error {
-	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+// WriteFileSynced creates (or truncates) path, writes data and fsyncs it before closing.
+func WriteFileSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -59,6 +57,16 @@ func writeFileAtomic(dir, name string, data []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	return err
+}
+
+// WriteFileAtomic replaces dir/name with data: write a temp file, fsync it, rename it over the
+// target, fsync the directory. A crash leaves either the old or the new content, never a mix.
+// Every small state file of the broker (topic metadata, index files, slot files, cluster id)
+// goes through it.
+func WriteFileAtomic(dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	err := WriteFileSynced(tmp, data)
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(dir, name))
 	}
@@ -66,5 +74,5 @@ func writeFileAtomic(dir, name string, data []byte) error {
 		_ = os.Remove(tmp)
 		return err
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }

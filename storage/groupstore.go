@@ -218,7 +218,7 @@ func (s *GroupStore) load() error {
 			f.Close()
 			return fmt.Errorf("cannot initialise offset store (%s): %w", s.path, err)
 		}
-		if err := gsSyncDir(s.dir); err != nil {
+		if err := SyncDir(s.dir); err != nil {
 			f.Close()
 			return fmt.Errorf("cannot sync offset store directory (%s): %w", s.dir, err)
 		}
@@ -749,7 +749,7 @@ func (s *GroupStore) rewrite() error {
 	s.f = f // positioned at the end of what we wrote
 	s.size = int64(len(data))
 	s.base = s.size
-	if err := gsSyncDir(s.dir); err != nil {
+	if err := SyncDir(s.dir); err != nil {
 		// The rename may not be durable: rewrite again before the next append is acknowledged.
 		s.needRewrite = true
 		return fmt.Errorf("cannot sync offset store directory (%s): %w", s.dir, err)
@@ -757,18 +757,6 @@ func (s *GroupStore) rewrite() error {
 	s.needRewrite = false
 	gsCompactionsTotal.Inc()
 	return nil
-}
-
-func gsSyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // ---- API ----

@@ -355,7 +355,7 @@ func (p *Partition) createSegment(base int64) (*segment, error) {
 	}
 	// The new file's directory entry must be durable before anything written to it is
 	// acknowledged as durable.
-	if err := syncDir(p.dir); err != nil {
+	if err := SyncDir(p.dir); err != nil {
 		_ = f.Close()
 		return nil, err
 	}
@@ -536,7 +536,7 @@ func (p *Partition) installActiveLocked(seg *segment) {
 // writeSnapshotLocked writes the producer snapshot at offset, carrying the aborted-index entries of
 // the active segment (which has no .txnindex yet); see the snapshot format in producer.go.
 func (p *Partition) writeSnapshotLocked(offset int64) {
-	if err := writeFileAtomic(p.dir, segmentName(offset, ".snapshot"), p.snapshotLocked(offset)); err != nil {
+	if err := WriteFileAtomic(p.dir, segmentName(offset, ".snapshot"), p.snapshotLocked(offset)); err != nil {
 		p.log.Warn("cannot write producer snapshot", zap.Int64("offset", offset), zap.Error(err))
 		return
 	}
@@ -604,7 +604,7 @@ func (p *Partition) repairLocked() error {
 	}
 	if p.leoLocal > p.durableEnd {
 		// Skip the discarded offsets: continue in a fresh segment at the old log end.
-		_ = writeFileAtomic(p.dir, segmentName(p.leoLocal, ".snapshot"), p.snapshotLocked(p.leoLocal))
+		_ = WriteFileAtomic(p.dir, segmentName(p.leoLocal, ".snapshot"), p.snapshotLocked(p.leoLocal))
 		if err := seg.writeIndexes(); err != nil {
 			_ = os.Remove(seg.path(".index"))
 			_ = os.Remove(seg.path(".timeindex"))
@@ -1120,7 +1120,7 @@ func (p *Partition) retain(now time.Time) {
 			}
 		}
 	}
-	_ = syncDir(p.dir)
+	_ = SyncDir(p.dir)
 	p.log.Info("retention removed segments", zap.Int("segments", drop), zap.Int64("logStartOffset", keep[0].base))
 }
 

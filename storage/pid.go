@@ -85,7 +85,7 @@ func (a *PIDAllocator) reserveLocked() error {
 		return fmt.Errorf("cannot reserve pid block (%s): producer id space exhausted", a.name)
 	}
 	buf, _ := json.Marshal(pidFile{NextBlock: end})
-	if err := writeFileAtomic(a.dir, a.name, buf); err != nil {
+	if err := WriteFileAtomic(a.dir, a.name, buf); err != nil {
 		return fmt.Errorf("cannot persist pid block (%s): %w", filepath.Join(a.dir, a.name), err)
 	}
 	a.high, a.limit = end, end

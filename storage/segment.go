@@ -171,10 +171,10 @@ func (s *segment) writeIndexes() error {
 		tidx = binary.BigEndian.AppendUint32(tidx, uint32(e.rel))
 	}
 	s.mu.Unlock()
-	if err := writeFileAtomic(s.dir, segmentName(s.base, ".index"), idx); err != nil {
+	if err := WriteFileAtomic(s.dir, segmentName(s.base, ".index"), idx); err != nil {
 		return err
 	}
-	return writeFileAtomic(s.dir, segmentName(s.base, ".timeindex"), tidx)
+	return WriteFileAtomic(s.dir, segmentName(s.base, ".timeindex"), tidx)
 }
 
 // loadIndexes reads a closed segment's index files and checks them against the log size and the

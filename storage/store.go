@@ -193,7 +193,7 @@ func (t *Topic) writeMeta(partitions int32, overrides map[string]string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(t.dir, topicMetaFile, buf); err != nil {
+	if err := WriteFileAtomic(t.dir, topicMetaFile, buf); err != nil {
 		return fmt.Errorf("cannot write topic metadata (%s): %w", t.Name, err)
 	}
 	return nil
@@ -285,7 +285,7 @@ func (s *Store) CreateTopic(name string, partitions int32, configs map[string]st
 		// discards.
 		err = t.writeMeta(partitions, overrides)
 		if err == nil {
-			err = syncDir(s.topicsDir())
+			err = SyncDir(s.topicsDir())
 		}
 		if err != nil {
 			for _, p := range parts {
@@ -334,8 +334,8 @@ func (s *Store) parkDir(dir, as string) error {
 	if err := os.Rename(dir, dst); err != nil {
 		return err
 	}
-	_ = syncDir(filepath.Dir(dir))
-	_ = syncDir(s.deletedDir())
+	_ = SyncDir(filepath.Dir(dir))
+	_ = SyncDir(s.deletedDir())
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/kaas-go/kaas/storage"
 )
 
 // NumSlots is the number of slot files, Apache's transaction.state.log.num.partitions default.
@@ -59,34 +61,14 @@ type OSFileSystem struct{}
 
 // WriteTemp implements FileSystem.
 func (OSFileSystem) WriteTemp(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return storage.WriteFileSynced(path, data)
 }
 
 // Rename implements FileSystem.
 func (OSFileSystem) Rename(from, to string) error { return os.Rename(from, to) }
 
 // SyncDir implements FileSystem.
-func (OSFileSystem) SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (OSFileSystem) SyncDir(dir string) error { return storage.SyncDir(dir) }
 
 // encodeSlot appends the JSON document of a slot to buf (reset first). encoding/json sorts map
 // keys, so the same state always encodes to the same bytes.
