@@ -37,18 +37,9 @@ done
 bench/kafka-tools.sh fetch >/dev/null
 go build -o bin/kaas ./cmd/kaas
 work=$(mktemp -d /tmp/kaas-perf.XXXXXX)
-pid=""
-cleanup() {
-	[[ -n "$pid" ]] && kill -KILL "$pid" 2>/dev/null || true
-	[[ -f "$work/kafka/kafka.pid" ]] && bench/kafka-tools.sh ref-kill "$work/kafka" >/dev/null 2>&1 || true
-	rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-clk=$(getconf CLK_TCK)
-cpu_seconds() { awk -v c="$clk" '{printf "%.1f", ($14+$15)/c}' "/proc/$1/stat"; }
-peak_rss_mb() { awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$1/status"; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+trap broker_cleanup EXIT INT TERM
 
 header="| broker | records | size | partitions | records/s | MB/s | avg ms | p50 ms | p99 ms | max ms | broker CPU s | peak RSS MB | consume MB/s | consume records/s | rebalance ms |"
 echo "# $(date -u +%F) kafka-producer-perf-test, $(nproc) cores, $(uname -r), acks=all idempotent ${extra[*]:-}"
@@ -60,25 +51,7 @@ fi
 for ((r = 1; r <= rounds; r++)); do
 	for b in $brokers; do
 		port=$(free_port)
-		case "$b" in
-		kaas)
-			rm -rf "$work/kaas"; mkdir -p "$work/kaas"
-			./bin/kaas --listeners=127.0.0.1:$port --data.dir="$work/kaas" --metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
-				>"$work/kaas.log" 2>&1 &
-			pid=$!
-			for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
-			;;
-		kafka | kafka-fsync)
-			rm -rf "$work/kafka"
-			if [[ "$b" == kafka-fsync ]]; then
-				KAFKA_REF_EXTRA_PROPS="log.flush.interval.messages=1" bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null
-			else
-				bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null
-			fi
-			pid=$(cat "$work/kafka/kafka.pid")
-			;;
-		*) echo "unknown broker $b" >&2; exit 2 ;;
-		esac
+		broker_start "$b" "$port"
 		bench/kafka-tools.sh run org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:$port \
 			--create --topic perf --partitions "$partitions" >/dev/null
 		summary=$(bench/kafka-tools.sh run org.apache.kafka.tools.ProducerPerformance --topic perf \
@@ -97,7 +70,6 @@ for ((r = 1; r <= rounds; r++)); do
 			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s ", b, n, s, p, $4, $6, $8, $16, $22, $12, cpu, rss }')$cons
 		echo "$row"
 		[[ -n "$out" ]] && echo "$row" >>"$out"
-		if [[ "$b" == kaas ]]; then kill -TERM "$pid"; wait "$pid" || true; else bench/kafka-tools.sh ref-stop "$work/kafka" >/dev/null; fi
-		pid=""
+		broker_stop "$b"
 	done
 done

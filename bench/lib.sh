@@ -1,0 +1,77 @@
+# Shared shell functions of the side-by-side benchmark scripts (perf-produce.sh, perf-txn.sh).
+# Sourced, not run. The caller has cd'ed to the repository root and sets `work` (a scratch dir
+# it removes on exit) before calling broker_start.
+#
+#   broker_start <kaas|kafka|kafka-fsync> <port>   fresh data dir under $work, sets $pid
+#   broker_stop <broker>                           graceful stop of the broker started last
+#   broker_cleanup                                 for the EXIT trap: kill whatever is left
+#   cpu_seconds <pid>, peak_rss_mb <pid>           from /proc (utime+stime; VmHWM)
+#   reset_peak_rss <pid>                           VmHWM := current RSS (clear_refs 5), so one
+#                                                  broker can be measured per workload
+#   machine_note [dir]                             one line: cores, memory, kernel, load, fsync
+#                                                  latency of the filesystem holding dir
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+clk=$(getconf CLK_TCK)
+cpu_seconds() { awk -v c="$clk" '{printf "%.1f", ($14+$15)/c}' "/proc/$1/stat"; }
+peak_rss_mb() { awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$1/status"; }
+# Writing 5 to clear_refs resets the peak RSS to the current RSS (Linux 4.0+, own processes only).
+reset_peak_rss() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
+
+pid=""
+
+broker_start() {
+	local b=$1 port=$2
+	case "$b" in
+	kaas)
+		rm -rf "$work/kaas"; mkdir -p "$work/kaas"
+		./bin/kaas --listeners=127.0.0.1:$port --data.dir="$work/kaas" --metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
+			>"$work/kaas.log" 2>&1 &
+		pid=$!
+		for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+		;;
+	kafka | kafka-fsync)
+		rm -rf "$work/kafka"
+		if [[ "$b" == kafka-fsync ]]; then
+			KAFKA_REF_EXTRA_PROPS="log.flush.interval.messages=1" bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null
+		else
+			bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null
+		fi
+		pid=$(cat "$work/kafka/kafka.pid")
+		;;
+	*) echo "unknown broker $b" >&2; exit 2 ;;
+	esac
+}
+
+broker_stop() {
+	if [[ "$1" == kaas ]]; then kill -TERM "$pid"; wait "$pid" || true; else bench/kafka-tools.sh ref-stop "$work/kafka" >/dev/null; fi
+	pid=""
+}
+
+broker_cleanup() {
+	[[ -n "$pid" ]] && kill -KILL "$pid" 2>/dev/null || true
+	[[ -f "$work/kafka/kafka.pid" ]] && bench/kafka-tools.sh ref-kill "$work/kafka" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+
+# fsync_latency_ms <dir>: median and p99 of 200 × (4 KiB write + fsync) on dir's filesystem.
+fsync_latency_ms() {
+	python3 - "$1" <<-'EOF'
+		import os, sys, time
+		p = os.path.join(sys.argv[1], ".fsync-probe")
+		fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+		lat = []
+		for _ in range(200):
+		    os.write(fd, b"x" * 4096)
+		    t = time.perf_counter(); os.fsync(fd); lat.append((time.perf_counter() - t) * 1000)
+		os.close(fd); os.unlink(p)
+		lat.sort()
+		print("fsync p50 %.2f ms p99 %.2f ms" % (lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]))
+	EOF
+}
+
+machine_note() {
+	local dir=${1:-/tmp}
+	echo "$(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB, kernel $(uname -r), $(df -T "$dir" | awk 'NR==2{print $2}') $(fsync_latency_ms "$dir"), load $(cut -d' ' -f1-3 /proc/loadavg)"
+}

@@ -1,0 +1,340 @@
+// Command txnload drives many small transactions at a Kafka-compatible broker: N transactional
+// producers, each in its own goroutine, loop BeginTransaction → produce one record → commit for a
+// fixed duration, and it reports commits/s with the latency of the commit (the EndTransaction
+// call, which is one EndTxn round trip: under KIP-890 part 2 the produce itself registered the
+// partition) and of the whole begin/produce/commit cycle. Compare brokers on the cycle and on
+// commits/s, not on EndTxn alone: Apache Kafka answers EndTxn once PrepareCommit is logged and
+// writes the markers afterwards, so its marker cost lands on the next produce (retried on
+// CONCURRENT_TRANSACTIONS until the markers are written); kaas answers EndTxn only after the
+// markers and CompleteCommit are durable (server/26_end_txn.go), so its EndTxn holds it all.
+//
+//	go run ./bench/txnload --brokers 127.0.0.1:9092 --producers 16 --duration 20s
+//
+// It serves both bench/perf-txn.sh (issue 4) and the side-by-side harness (issue 5, S4), so the
+// same numbers come out for kaas and for Apache Kafka: the last stdout line is one JSON object,
+// the line before it a human summary.
+//
+// Why one record per transaction: that is the worst case for a transaction coordinator — every
+// record pays for a partition registration, the PrepareCommit write, the markers and the
+// CompleteCommit write — so commits/s measures the coordinator, not the log.
+//
+// Each producer runs one untimed warm-up transaction first (InitProducerId, metadata, the first
+// connection to the coordinator), then all producers start together. Each producer writes to a
+// fixed partition (i mod P) so producers spread evenly over the partitions and over the broker's
+// per-partition locks, as they would with keyed records.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+type config struct {
+	brokers     string
+	producers   int
+	duration    time.Duration
+	topic       string
+	partitions  int
+	recordSize  int
+	txnIDPrefix string
+	versionChk  bool
+	callTimeout time.Duration
+}
+
+// result is the JSON line; field names are what bench/perf-txn.sh and the issue-5 harness read.
+type result struct {
+	Producers          int     `json:"producers"`
+	DurationS          float64 `json:"duration_s"`
+	Commits            int64   `json:"commits"`
+	CommitsPerSec      float64 `json:"commits_per_s"`
+	EndTxnP50Ms        float64 `json:"end_txn_p50_ms"`
+	EndTxnP99Ms        float64 `json:"end_txn_p99_ms"`
+	EndTxnMaxMs        float64 `json:"end_txn_max_ms"`
+	CycleP50Ms         float64 `json:"cycle_p50_ms"`
+	CycleP99Ms         float64 `json:"cycle_p99_ms"`
+	Errors             int64   `json:"errors"`
+	FirstError         string  `json:"first_error,omitempty"`
+	RecordSize         int     `json:"record_size"`
+	Partitions         int     `json:"partitions"`
+	TransactionVersion int16   `json:"transaction_version"` // finalized feature level; -1 unknown/not checked
+	EndTxnMaxVersion   int16   `json:"end_txn_max_version"` // -1 unknown/not checked
+	ProduceMaxVersion  int16   `json:"produce_max_version"` // -1 unknown/not checked
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.brokers, "brokers", "127.0.0.1:9092", "comma-separated seed brokers (host:port)")
+	flag.IntVar(&c.producers, "producers", 1, "number of transactional producers, one goroutine each")
+	flag.DurationVar(&c.duration, "duration", 20*time.Second, "how long to commit transactions")
+	flag.StringVar(&c.topic, "topic", "txnload", "topic to write; created if missing")
+	flag.IntVar(&c.partitions, "partitions", 6, "partitions of the topic when it is created")
+	flag.IntVar(&c.recordSize, "record-size", 100, "bytes of each record's value")
+	flag.StringVar(&c.txnIDPrefix, "txn-id-prefix", "txnload", "transactional.id is <prefix>-<i>")
+	flag.BoolVar(&c.versionChk, "txn-version-check", false,
+		"ask the broker (ApiVersions v3+) for the finalized transaction.version feature and the EndTxn/Produce max versions, "+
+			"and report them: TV2 (KIP-890 part 2) changes the wire protocol of a commit, so kaas and Kafka must be compared at the same level")
+	flag.DurationVar(&c.callTimeout, "call-timeout", 30*time.Second, "bound on each produce; the run is abandoned if a commit takes longer")
+	flag.Parse()
+	if c.producers < 1 || c.partitions < 1 || c.recordSize < 0 || c.duration <= 0 {
+		fmt.Fprintln(os.Stderr, "txnload: --producers and --partitions must be >= 1, --duration > 0, --record-size >= 0")
+		os.Exit(2)
+	}
+	res, err := run(c)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "txnload: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("txnload: %d producers, %d commits in %.1fs = %.0f commits/s; end_txn p50 %.2f ms p99 %.2f ms max %.2f ms; cycle p50 %.2f ms p99 %.2f ms; errors %d; transaction.version %d\n",
+		res.Producers, res.Commits, res.DurationS, res.CommitsPerSec, res.EndTxnP50Ms, res.EndTxnP99Ms, res.EndTxnMaxMs,
+		res.CycleP50Ms, res.CycleP99Ms, res.Errors, res.TransactionVersion)
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	if res.Commits == 0 {
+		os.Exit(1)
+	}
+}
+
+func run(c config) (result, error) {
+	seeds := strings.Split(c.brokers, ",")
+	res := result{Producers: c.producers, RecordSize: c.recordSize, Partitions: c.partitions,
+		TransactionVersion: -1, EndTxnMaxVersion: -1, ProduceMaxVersion: -1}
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return res, fmt.Errorf("cannot create admin client (%s): %w", c.brokers, err)
+	}
+	defer admin.Close()
+	if err := ensureTopic(admin, c.topic, c.partitions); err != nil {
+		return res, err
+	}
+	if c.versionChk {
+		if err := versionCheck(admin, &res); err != nil {
+			return res, err
+		}
+	}
+
+	// Producers: created and warmed up before the clock starts.
+	clients := make([]*kgo.Client, c.producers)
+	defer func() {
+		for _, cl := range clients {
+			if cl != nil {
+				cl.Close()
+			}
+		}
+	}()
+	value := make([]byte, c.recordSize)
+	for i := range value {
+		value[i] = byte('a' + i%26)
+	}
+	var warm sync.WaitGroup
+	warmErr := make([]error, c.producers)
+	for i := range clients {
+		cl, err := kgo.NewClient(
+			kgo.SeedBrokers(seeds...),
+			kgo.TransactionalID(fmt.Sprintf("%s-%d", c.txnIDPrefix, i)),
+			kgo.DefaultProduceTopic(c.topic),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.ProducerLinger(0),
+		)
+		if err != nil {
+			return res, fmt.Errorf("cannot create producer (%d): %w", i, err)
+		}
+		clients[i] = cl
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			_, _, warmErr[i] = cycle(cl, c, int32(i%c.partitions), value)
+		}()
+	}
+	warm.Wait()
+	if err := errors.Join(warmErr...); err != nil {
+		return res, fmt.Errorf("cannot run the warm-up transactions: %w", err)
+	}
+
+	var (
+		wg       sync.WaitGroup
+		commits  atomic.Int64
+		errCount atomic.Int64
+		firstErr atomic.Pointer[string]
+		endLat   = make([][]time.Duration, c.producers)
+		cycLat   = make([][]time.Duration, c.producers)
+	)
+	start := time.Now()
+	end := start.Add(c.duration)
+	// Watchdog: a broker that stops answering must not hang the benchmark script. EndTransaction
+	// is not given a cancellable context (cancelling it leaves the outcome unknown), so the bound
+	// is here instead.
+	watchdog := time.AfterFunc(c.duration+2*c.callTimeout, func() {
+		fmt.Fprintf(os.Stderr, "txnload: still running %s after the deadline; abandoning (commits so far %d, errors %d)\n",
+			2*c.callTimeout, commits.Load(), errCount.Load())
+		os.Exit(3)
+	})
+	defer watchdog.Stop()
+	for i, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part := int32(i % c.partitions)
+			ends := make([]time.Duration, 0, 4096)
+			cycs := make([]time.Duration, 0, 4096)
+			consecutive := 0
+			for time.Now().Before(end) {
+				e, cy, err := cycle(cl, c, part, value)
+				if err != nil {
+					errCount.Add(1)
+					s := fmt.Sprintf("producer %d: %v", i, err)
+					firstErr.CompareAndSwap(nil, &s)
+					// Abort whatever is open, as EndTransaction's contract asks, and carry on; a
+					// producer that keeps failing stops so the run still ends with a report.
+					_ = cl.EndTransaction(context.Background(), kgo.TryAbort)
+					if consecutive++; consecutive >= 20 {
+						return
+					}
+					continue
+				}
+				consecutive = 0
+				commits.Add(1)
+				ends = append(ends, e)
+				cycs = append(cycs, cy)
+			}
+			endLat[i], cycLat[i] = ends, cycs
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	res.DurationS = round2(elapsed.Seconds())
+	res.Commits = commits.Load()
+	res.CommitsPerSec = round2(float64(res.Commits) / elapsed.Seconds())
+	res.Errors = errCount.Load()
+	if p := firstErr.Load(); p != nil {
+		res.FirstError = *p
+	}
+	e := slices.Concat(endLat...)
+	cy := slices.Concat(cycLat...)
+	slices.Sort(e)
+	slices.Sort(cy)
+	res.EndTxnP50Ms, res.EndTxnP99Ms = pct(e, 50), pct(e, 99)
+	if len(e) > 0 {
+		res.EndTxnMaxMs = ms(e[len(e)-1])
+	}
+	res.CycleP50Ms, res.CycleP99Ms = pct(cy, 50), pct(cy, 99)
+	return res, nil
+}
+
+// cycle runs one begin → produce → commit transaction and returns the commit's latency (the
+// EndTransaction call) and the whole cycle's.
+func cycle(cl *kgo.Client, c config, part int32, value []byte) (endTxn, whole time.Duration, err error) {
+	t0 := time.Now()
+	if err := cl.BeginTransaction(); err != nil {
+		return 0, 0, fmt.Errorf("cannot begin transaction: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.callTimeout)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Partition: part, Value: value}).FirstErr(); err != nil {
+		return 0, 0, fmt.Errorf("cannot produce in transaction (partition %d): %w", part, err)
+	}
+	t1 := time.Now()
+	if err := cl.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+		return 0, 0, fmt.Errorf("cannot commit transaction: %w", err)
+	}
+	t2 := time.Now()
+	return t2.Sub(t1), t2.Sub(t0), nil
+}
+
+// ensureTopic creates the topic with RF 1 unless it exists.
+func ensureTopic(cl *kgo.Client, topic string, partitions int) error {
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("cannot create topic (%s): %w", topic, err)
+	}
+	// Wait until metadata lists every partition with a leader, so the first produce does not race
+	// the topic's creation.
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if t, ok := md.Topics[topic]; ok && t.Err == nil && len(t.Partitions) > 0 {
+				ready := true
+				for _, p := range t.Partitions {
+					ready = ready && p.Err == nil && p.Leader >= 0
+				}
+				if ready {
+					return nil
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("cannot see topic (%s) in metadata: %w", topic, ctx.Err())
+		}
+		time.Sleep(100 * time.Millisecond) // polling the broker, not waiting for our own state
+	}
+}
+
+// versionCheck reads the finalized transaction.version feature (KIP-1022; 2 = KIP-890 part 2:
+// produce registers the partition, EndTxn v5 bumps the epoch each commit) and max versions.
+func versionCheck(cl *kgo.Client, res *result) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.ClientSoftwareName = "kaas-txnload"
+	req.ClientSoftwareVersion = "1"
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("cannot request api versions: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return fmt.Errorf("cannot read api versions: %w", err)
+	}
+	res.TransactionVersion = 0 // absent from the finalized features = level 0
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "transaction.version" {
+			res.TransactionVersion = f.MaxVersionLevel
+		}
+	}
+	for _, k := range resp.ApiKeys {
+		switch k.ApiKey {
+		case int16(kmsg.EndTxn):
+			res.EndTxnMaxVersion = k.MaxVersion
+		case int16(kmsg.Produce):
+			res.ProduceMaxVersion = k.MaxVersion
+		}
+	}
+	fmt.Fprintf(os.Stderr, "txnload: transaction.version %d, EndTxn max v%d, Produce max v%d\n",
+		res.TransactionVersion, res.EndTxnMaxVersion, res.ProduceMaxVersion)
+	return nil
+}
+
+func pct(sorted []time.Duration, p int) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100 // nearest-rank
+	if i < 1 {
+		i = 1
+	}
+	return ms(sorted[i-1])
+}
+
+func ms(d time.Duration) float64 { return round2(float64(d) / 1e6) }
+
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
