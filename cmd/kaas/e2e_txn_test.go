@@ -804,7 +804,7 @@ func TestTxnMessageCopier(t *testing.T) {
 // same data dir; copiers that give up are restarted with the same transactional id, and at 50 %
 // every copier is SIGKILLed and restarted (kafkatest's hard client bounce).
 func TestTxnMessageCopierKill9(t *testing.T) {
-	e2eTxnCopyCase(t, 2, 2, 2, 60_000, []float64{0.2, 0.4, 0.6}, []float64{0.5}, 3*time.Minute)
+	e2eTxnCopyCase(t, 2, 2, 2, 100_000, []float64{0.2, 0.4, 0.6}, []float64{0.5}, 4*time.Minute)
 }
 
 // ---------------------------------------------------------------------------------------------
