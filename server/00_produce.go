@@ -312,6 +312,7 @@ func (op *produceOp) finish() kmsg.Response {
 	for _, w := range op.waits {
 		w := w
 		w.p.Sync(w.end, func(err error) {
+			defer rc.guard()
 			if err != nil {
 				w.out.ErrorCode = codec.CodeKafkaStorageError
 				w.out.BaseOffset = -1
@@ -384,6 +385,7 @@ func (op *produceOp) verifyAll(then func()) {
 			tps[j] = txn.TopicPartitions{Topic: a.topic, Partitions: []int32{a.out.Partition}}
 		}
 		results := func(code int16, prs []txn.PartitionResult, err error) {
+			defer rc.guard()
 			if err != nil {
 				code = txn.ErrorCode(err)
 			}

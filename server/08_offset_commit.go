@@ -87,6 +87,7 @@ func handleOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 	}
 	rc.deferReply()
 	rc.s.deps.Groups.CommitOffsets(cm, offs, func(code int16) {
+		defer rc.guard()
 		for _, s := range pending {
 			resp.Topics[s.t].Partitions[s.p].ErrorCode = code
 		}

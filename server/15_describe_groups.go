@@ -53,6 +53,7 @@ func handleDescribeGroups(rc *reqCtx) (kmsg.Response, error) {
 			continue
 		}
 		rc.s.deps.Groups.DescribeGroup(id, func(d kmsg.DescribeGroupsResponseGroup) {
+			defer rc.guard()
 			d.AuthorizedOperations = ops
 			resp.Groups[i] = d
 			f.finish()

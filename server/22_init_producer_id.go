@@ -66,6 +66,7 @@ var initTransactionalProducer = func(rc *reqCtx, req *kmsg.InitProducerIDRequest
 	}
 	rc.deferReply()
 	tc.InitProducerID(p, func(res txn.InitProducerIDResult, err error) {
+		defer rc.guard()
 		if err != nil {
 			resp.ErrorCode = txn.ErrorCode(err)
 			rc.reply(resp)

@@ -80,6 +80,7 @@ func handleAddPartitionsToTxn(rc *reqCtx) (kmsg.Response, error) {
 	rc.s.deps.Txn.AddPartitions(txn.AddPartitionsParams{TransactionalID: req.TransactionalID,
 		ProducerID: req.ProducerID, ProducerEpoch: req.ProducerEpoch, Partitions: tps, Version: req.Version},
 		func(res txn.AddPartitionsResult, err error) {
+			defer rc.guard()
 			code := res.Code
 			if err != nil {
 				code = txn.ErrorCode(err)
@@ -173,6 +174,7 @@ func addPartitionsBatched(rc *reqCtx, req *kmsg.AddPartitionsToTxnRequest, resp 
 			continue
 		}
 		results := func(code int16, prs []txn.PartitionResult, err error) {
+			defer rc.guard()
 			if err != nil {
 				code = txn.ErrorCode(err)
 			}

@@ -43,6 +43,7 @@ func handleAddOffsetsToTxn(rc *reqCtx) (kmsg.Response, error) {
 	rc.s.deps.Txn.AddOffsets(txn.AddOffsetsParams{TransactionalID: req.TransactionalID, ProducerID: req.ProducerID,
 		ProducerEpoch: req.ProducerEpoch, Group: req.Group, Version: req.Version},
 		func(res txn.AddOffsetsResult, err error) {
+			defer rc.guard()
 			resp.ErrorCode = res.Code
 			if err != nil {
 				resp.ErrorCode = txn.ErrorCode(err)

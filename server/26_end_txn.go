@@ -62,6 +62,7 @@ func handleEndTxn(rc *reqCtx) (kmsg.Response, error) {
 		ProducerEpoch: req.ProducerEpoch, Commit: req.Commit, Version: req.Version}
 	rc.deferReply()
 	tc.EndTxn(p, func(res txn.EndTxnResult, err error) {
+		defer rc.guard()
 		switch {
 		case err != nil:
 			answer(txn.ErrorCode(err), -1, -1)

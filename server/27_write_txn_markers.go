@@ -77,6 +77,7 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 				left.Add(1)
 				enqueueMarker(p, markerItem{pid: m.ProducerID, epoch: m.ProducerEpoch, commit: m.Committed,
 					coordinatorEpoch: m.CoordinatorEpoch, done: func(code int16) {
+						defer rc.guard()
 						op.ErrorCode = code
 						done()
 					}})

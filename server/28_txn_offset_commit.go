@@ -147,6 +147,7 @@ func handleTxnOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 	verify := txnOffsetCommitCheck(rc.s.deps.Txn, req)
 	rc.deferReply()
 	rc.s.deps.Groups.TxnOffsetCommit(tc, offs, verify, func(code int16) {
+		defer rc.guard()
 		answer(code)
 		rc.reply(resp)
 	})

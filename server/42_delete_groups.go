@@ -36,6 +36,7 @@ func handleDeleteGroups(rc *reqCtx) (kmsg.Response, error) {
 			continue
 		}
 		rc.s.deps.Groups.DeleteGroup(id, func(code int16) {
+			defer rc.guard()
 			r.ErrorCode = code
 			resp.Groups[i] = r
 			f.finish()

@@ -56,6 +56,7 @@ func handleOffsetDelete(rc *reqCtx) (kmsg.Response, error) {
 	}
 	rc.deferReply()
 	rc.s.deps.Groups.DeleteOffsets(req.Group, parts, func(code int16, partCodes []int16) {
+		defer rc.guard()
 		if code != codec.CodeNone {
 			// A group-level error carries no partitions (Apache).
 			resp.ErrorCode = code

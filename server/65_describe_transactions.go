@@ -54,6 +54,7 @@ func handleDescribeTransactions(rc *reqCtx) (kmsg.Response, error) {
 			continue
 		}
 		rc.s.deps.Txn.Describe(tid, func(res txn.DescribeResult, err error) {
+			defer rc.guard()
 			if err != nil {
 				st.ErrorCode = txn.ErrorCode(err)
 				done()

@@ -34,6 +34,7 @@ func handleListTransactions(rc *reqCtx) (kmsg.Response, error) {
 	}
 	rc.deferReply()
 	tc.List(f, func(txns []txn.ListedTxn, unknown []string, err error) {
+		defer rc.guard()
 		if err != nil {
 			resp.ErrorCode = txn.ErrorCode(err)
 		}

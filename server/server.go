@@ -326,6 +326,22 @@ func (rc *reqCtx) noReply() {
 	rc.c.complete(rc.r, nil)
 }
 
+// guard is deferred first thing in every continuation of a deferred handler (coordinator and
+// flusher callbacks): a panic there is treated like one in the handler itself — logged with its
+// stack, counted, that connection closed — instead of killing the coordinator worker or
+// partition flusher goroutine it runs on, and with it the broker.
+func (rc *reqCtx) guard() {
+	p := recover()
+	if p == nil {
+		return
+	}
+	mPanics.Inc()
+	rc.s.log.Error("panic in deferred handler; closing connection",
+		zap.String("api", kmsg.NameForKey(rc.hdr.Key)), zap.Any("panic", p),
+		zap.ByteString("stack", debug.Stack()))
+	_ = rc.c.gc.Close()
+}
+
 // fail closes the connection for a deferred request that cannot be answered.
 func (rc *reqCtx) fail(err error) {
 	rc.c.closeWith("deferred handler error", zap.String("api", kmsg.NameForKey(rc.hdr.Key)), zap.Error(err))
