@@ -1,18 +1,20 @@
 package server
 
-// DescribeGroups: v0-5
+// DescribeGroups: v0-6
 //
 // Behavior:
 //   - Per group: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED), ownership (NOT_COORDINATOR),
 //     then the coordinator, which answers from the group's own goroutine (deferred reply, fan-in).
 //   - A group that only has committed offsets (for example after a restart, before anyone
-//     rejoined) is Empty; an unknown group is Dead with no error (Apache, v0-5). Member metadata
+//     rejoined) is Empty; an unknown group is Dead with no error (Apache, v0-5) and, from v6
+//     (KIP-1043), GROUP_ID_NOT_FOUND with a message, so Kafka 4.x tools report it as such. Member metadata
 //     and assignments are filled only when Stable; client_id and client_host are the member's.
 //   - v3+ include_authorized_operations: the bitfield of READ, DELETE, DESCRIBE the principal holds
 //     on the group (Kafka AclOperation codes); otherwise INT32_MIN.
 //
 // Version notes:
-//   - v3: authorized operations; v4: group_instance_id; v5: flexible.
+//   - v3: authorized operations; v4: group_instance_id; v5: flexible; v6: GROUP_ID_NOT_FOUND and
+//     ErrorMessage (KIP-1043).
 
 import (
 	"math"
@@ -22,7 +24,7 @@ import (
 	"github.com/kaas-go/kaas/codec"
 )
 
-func init() { register(kmsg.DescribeGroups, 0, 5, handleDescribeGroups) }
+func init() { register(kmsg.DescribeGroups, 0, 6, handleDescribeGroups) }
 
 func handleDescribeGroups(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.DescribeGroupsRequest)
@@ -55,6 +57,10 @@ func handleDescribeGroups(rc *reqCtx) (kmsg.Response, error) {
 		rc.s.deps.Groups.DescribeGroup(id, func(d kmsg.DescribeGroupsResponseGroup) {
 			defer rc.guard()
 			d.AuthorizedOperations = ops
+			if req.Version >= 6 && d.ErrorCode == codec.CodeNone && d.State == "Dead" {
+				msg := "Group " + id + " not found."
+				d.ErrorCode, d.ErrorMessage = codec.CodeGroupIDNotFound, &msg
+			}
 			resp.Groups[i] = d
 			f.finish()
 		})

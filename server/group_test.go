@@ -515,3 +515,23 @@ func TestGroupBadInput(t *testing.T) {
 		t.Fatalf("offsets after delete: %+v %v", fo, err)
 	}
 }
+
+// TestDescribeUnknownGroupByVersion: v0-5 answer an unknown group as Dead with no error, v6
+// (KIP-1043) as GROUP_ID_NOT_FOUND — what Kafka 4.x's kafka-consumer-groups expects.
+func TestDescribeUnknownGroupByVersion(t *testing.T) {
+	addr, _ := newTestBroker(t)
+	rc := dialRaw(t, addr)
+	for _, v := range []int16{5, 6} {
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Version = v
+		req.Groups = []string{"no-such-group"}
+		resp := fxRoundTrip[*kmsg.DescribeGroupsResponse](t, rc, req)
+		g := resp.Groups[0]
+		switch {
+		case v == 5 && (g.ErrorCode != 0 || g.State != "Dead"):
+			t.Fatalf("v5: %+v", g)
+		case v == 6 && (g.ErrorCode != kerr.GroupIDNotFound.Code || g.ErrorMessage == nil):
+			t.Fatalf("v6: %+v", g)
+		}
+	}
+}
