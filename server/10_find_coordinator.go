@@ -5,8 +5,7 @@ package server
 // Behavior:
 //   - key_type 0 (group) and 1 (transaction) are answered with this broker (advertised host/port,
 //     broker.id) when the Ownership seam says we coordinate the key, else NOT_COORDINATOR; a
-//     single broker owns everything, cluster mode plugs its routing in behind Ownership. The
-//     transaction coordinator arrives with issue 4; until then we still answer for it.
+//     single broker owns everything, cluster mode plugs its routing in behind Ownership.
 //   - DESCRIBE on the group / transactional id is checked like Apache: GROUP_AUTHORIZATION_FAILED
 //     or TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 //   - Any other key type is INVALID_REQUEST.

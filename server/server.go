@@ -36,7 +36,7 @@ type Deps struct {
 	Owner Ownership
 	// Authz decides whether a principal may perform an operation; nil allows everything.
 	Authz Authorizer
-	// Groups is the classic consumer-group coordinator (issue 3); nil answers the group APIs
+	// Groups is the classic consumer-group coordinator; nil answers the group APIs
 	// COORDINATOR_NOT_AVAILABLE.
 	Groups *group.Coordinator
 	// Txn is the transaction coordinator; nil answers the transactional APIs
