@@ -45,6 +45,7 @@ type Config struct {
 	LogTimestampBeforeMax  int64
 	LogTimestampAfterMax   int64
 	RetentionCheckInterval time.Duration
+	LogPreallocate         bool
 
 	FetchMaxBytes         int32
 	FetchSessionCacheSize int
@@ -146,6 +147,7 @@ func (c *Config) entries() []entry {
 		{"log.message.timestamp.before.max.ms", kInt64, &c.LogTimestampBeforeMax, "reject CreateTime records older than this"},
 		{"log.message.timestamp.after.max.ms", kInt64, &c.LogTimestampAfterMax, "reject CreateTime records further in the future than this"},
 		{"log.retention.check.interval.ms", kMillis, &c.RetentionCheckInterval, "how often retention runs"},
+		{"log.preallocate", kBool, &c.LogPreallocate, "keep a zeroed region ahead of active segments so flushes are cheaper fdatasyncs (writes the zeros too)"},
 		{"fetch.max.bytes", kInt32, &c.FetchMaxBytes, "upper bound on one Fetch response"},
 		{"max.incremental.fetch.session.cache.slots", kInt, &c.FetchSessionCacheSize, "KIP-227 fetch sessions kept"},
 		{"group.initial.rebalance.delay.ms", kMillis, &c.GroupInitialRebalanceDelay, "delay of the first rebalance of an empty group"},

@@ -72,6 +72,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		Dir:                    cfg.DataDir,
 		Defaults:               TopicDefaults(cfg),
 		RetentionCheckInterval: cfg.RetentionCheckInterval,
+		Preallocate:            cfg.LogPreallocate,
 		Logger:                 log.Named("storage"),
 	}); err != nil {
 		return nil, fmt.Errorf("cannot open storage: %w", err)

@@ -22,6 +22,14 @@ type FS interface {
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
 }
 
+// datasyncer is implemented by files that can fdatasync(2): write back the data and only the
+// metadata needed to read it back (size, block allocation), not timestamps. The flusher uses it
+// for bytes that lie entirely in a segment's pre-zeroed region (see segment.zeroTo); a File
+// without it is always fsync'd.
+type datasyncer interface {
+	Datasync() error
+}
+
 type osFS struct{}
 
 func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -29,8 +37,21 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return f, nil
+	return osFile{f}, nil
 }
+
+// rangeWriter is implemented by files that can write back a byte range synchronously
+// (sync_file_range(2): data only, no metadata, no durability guarantee). The zeroer uses it to
+// keep at most one chunk of zeros dirty: fsync and fdatasync wait for the writeback of every
+// dirty page of the file, so a flush racing a zero extension would otherwise wait for megabytes
+// of zeros to reach the disk.
+type rangeWriter interface {
+	WriteBack(off, n int64) error
+}
+
+// osFile is an *os.File; on Linux it can also fdatasync and write back a range (fs_linux.go).
+// Elsewhere every flush is an fsync.
+type osFile struct{ *os.File }
 
 // SyncDir fsyncs a directory so that a create, rename or unlink inside it survives a crash.
 func SyncDir(dir string) error {

@@ -74,7 +74,7 @@ func openStore(t testing.TB, dir string, mod ...func(*Config)) *Store {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	cfg := Config{Dir: dir, IndexIntervalBytes: 256}
+	cfg := Config{Dir: dir, IndexIntervalBytes: 256, Preallocate: true}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -174,6 +174,9 @@ type faultFS struct {
 	partial   int // bytes of a failing write that reach the file first
 	syncErr   error
 	syncs     atomic.Int64
+	datasyncs atomic.Int64 // of syncs, the fdatasync ones
+	zeroErr   error        // fails the zeroer's writes (all-zero buffers of >= 4 KiB) only
+	zeroWrite atomic.Int64 // zero writes seen
 	syncDelay time.Duration
 	gate      chan struct{} // when set, Sync blocks until it is closed
 }
@@ -200,6 +203,12 @@ type faultFile struct {
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	f.fs.mu.Lock()
 	err, partial := f.fs.writeErr, f.fs.partial
+	if len(p) >= 4096 && allZero(p) {
+		f.fs.zeroWrite.Add(1)
+		if f.fs.zeroErr != nil {
+			err = f.fs.zeroErr
+		}
+	}
 	f.fs.mu.Unlock()
 	if err != nil {
 		n := min(partial, len(p))
@@ -209,7 +218,15 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	return f.File.WriteAt(p, off)
 }
 
-func (f *faultFile) Sync() error {
+// Datasync injects the same faults as Sync: the flusher uses it for the pre-zeroed region.
+func (f *faultFile) Datasync() error {
+	f.fs.datasyncs.Add(1)
+	return f.sync(func() error { return fdatasync(f.File) })
+}
+
+func (f *faultFile) Sync() error { return f.sync(f.File.Sync) }
+
+func (f *faultFile) sync(real func() error) error {
 	f.fs.syncs.Add(1)
 	f.fs.mu.Lock()
 	err, d, gate := f.fs.syncErr, f.fs.syncDelay, f.fs.gate
@@ -223,5 +240,5 @@ func (f *faultFile) Sync() error {
 	if err != nil {
 		return err
 	}
-	return f.File.Sync()
+	return real()
 }

@@ -10,4 +10,12 @@ var (
 	appendBytesTotal  = metrics.NewCounter("kaas_storage_append_bytes_total")
 	appendErrorsTotal = metrics.NewCounter("kaas_storage_append_errors_total")
 	segmentRollsTotal = metrics.NewCounter("kaas_storage_segment_rolls_total")
+
+	// Pre-zeroing (segment.go): flushes done with fdatasync (a subset of fsyncs_total /
+	// fsync_duration_seconds), zero bytes written ahead of active segments, failures that
+	// stopped pre-zeroing of a segment.
+	fdatasyncDuration    = metrics.NewHistogram("kaas_storage_fdatasync_duration_seconds")
+	fdatasyncsTotal      = metrics.NewCounter("kaas_storage_fdatasyncs_total")
+	prezeroBytesTotal    = metrics.NewCounter("kaas_storage_prezero_bytes_total")
+	prezeroFailuresTotal = metrics.NewCounter("kaas_storage_prezero_failures_total")
 )

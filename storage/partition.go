@@ -61,7 +61,8 @@ type offsetRange struct{ from, to int64 } // [from, to)
 // The flusher captures (leo, active segment) under mu, fsyncs without mu, then publishes the HWM
 // and completes every Sync waiter whose end is covered. Appends that arrive during an fsync are
 // covered by the next one, so N concurrent producers share few fsyncs. The HWM never passes what
-// is fsync'd (unlike the reference's code-finding G).
+// is fsync'd (unlike the reference's code-finding G). When every byte to flush lies in the active
+// segment's pre-zeroed, fsync'd region (zeroLoop, segment.zeroTo), the flush is an fdatasync.
 type Partition struct {
 	topic    *Topic
 	id       int32
@@ -97,10 +98,14 @@ type Partition struct {
 	lost    []offsetRange
 	wclosed bool
 
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	abandon atomic.Bool // shutdown without a final fsync
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+	zkick chan struct{} // wakes zeroLoop
+	// preallocate (log.preallocate) turns pre-zeroing of active segments on.
+	preallocate bool
+	zdone       chan struct{}
+	abandon     atomic.Bool // shutdown without a final fsync
 }
 
 func (p *Partition) config() *TopicConfig { return p.topic.cfg.Load() }
@@ -140,6 +145,8 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 		topic: t, id: id, dir: dir, fs: s.fs, log: s.log.With(zap.String("topic", t.Name), zap.Int32("partition", id)),
 		interval: int64(s.cfg.IndexIntervalBytes), flushedMaxTs: -1, flushedMaxOff: -1,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		zkick: make(chan struct{}, 1), zdone: make(chan struct{}),
+		preallocate: s.cfg.Preallocate,
 	}
 	ch := make(chan struct{})
 	p.changed.Store(&ch)
@@ -151,6 +158,7 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 		return nil, fmt.Errorf("cannot recover partition (%s-%d): %w", t.Name, id, err)
 	}
 	go p.flushLoop()
+	go p.zeroLoop()
 	return p, nil
 }
 
@@ -217,11 +225,16 @@ func (p *Partition) recoverLog() error {
 		segs = append(segs, seg)
 		p.segs.Store(&segs) // so closeFiles sees it on error
 		if i == len(bases)-1 {
-			cut, err := seg.recover(p.interval)
+			cut, zeroTail, err := seg.recover(p.interval)
 			if err != nil {
 				return err
 			}
-			if cut > 0 {
+			switch {
+			case cut > 0 && zeroTail:
+				// The pre-zeroed region of a segment that was not closed cleanly: the
+				// normal end of the log, nothing was lost.
+				p.log.Debug("dropped pre-zeroed tail of active segment", zap.Int64("segment", base), zap.Int64("bytes", cut))
+			case cut > 0:
 				p.log.Warn("truncated torn tail of active segment", zap.Int64("segment", base), zap.Int64("bytes", cut))
 			}
 			// Whatever survived may still be only in the page cache (the process died, not
@@ -229,6 +242,7 @@ func (p *Partition) recoverLog() error {
 			if err := seg.f.Sync(); err != nil {
 				return err
 			}
+			seg.zeroOn.Store(p.preallocate)
 			// A .txnindex of the active segment is left from a roll that did not complete; the
 			// replay covers this segment.
 			_ = os.Remove(seg.path(".txnindex"))
@@ -246,11 +260,16 @@ func (p *Partition) recoverLog() error {
 		if seg.loadIndexes(st.Size(), bases[i+1]) {
 			continue
 		}
-		cut, err := seg.recover(p.interval)
+		cut, zeroTail, err := seg.recover(p.interval)
 		if err != nil {
 			return err
 		}
-		if cut > 0 {
+		if cut > 0 && zeroTail {
+			// A zero tail on a closed segment whose indexes are missing: a crash during the
+			// roll that closed it, between its truncation and its fsync. Nothing was lost.
+			p.log.Warn("dropped pre-zeroed tail of closed segment", zap.Int64("segment", base), zap.Int64("bytes", cut))
+			_ = seg.f.Sync()
+		} else if cut > 0 {
 			// A closed segment was fsync'd before it was closed, so this is media corruption.
 			// Offsets past the cut stay a gap; later segments are intact and readable.
 			p.log.Error("truncated corrupt closed segment", zap.Int64("segment", base), zap.Int64("bytes", cut))
@@ -359,7 +378,9 @@ func (p *Partition) createSegment(base int64) (*segment, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	return newSegment(p.dir, base, f), nil
+	seg := newSegment(p.dir, base, f)
+	seg.zeroOn.Store(p.preallocate)
+	return seg, nil
 }
 
 // Append writes one batch already validated by codec.ValidateProduce. The caller owns the bytes;
@@ -461,10 +482,12 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 		b.SetLogAppendTime(nowMs)
 		res.LogAppendTime = nowMs
 	}
-	if _, err := seg.f.WriteAt(b, size); err != nil {
+	if err := seg.writeAt(b, size); err != nil {
 		// ENOSPC/EIO: cut off whatever part of the batch reached the file so no half batch
-		// stays behind. If even that fails, the next append (or flush) retries the cut first.
-		if terr := seg.f.Truncate(size); terr != nil {
+		// stays behind (and the pre-zeroed tail with it: the disk is in trouble, so this
+		// segment falls back to append + fsync). If even that fails, the next append (or
+		// flush) retries the cut first.
+		if terr := seg.truncate(size, true); terr != nil {
 			p.dirtyTail = true
 		}
 		p.mu.Unlock()
@@ -485,6 +508,12 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	case p.kick <- struct{}{}:
 	default:
 	}
+	if seg.needsZeroing(size+int64(len(b)), cfg.SegmentBytes) {
+		select {
+		case p.zkick <- struct{}{}:
+		default:
+		}
+	}
 	res.BaseOffset, res.LastOffset = base, b.LastOffset()
 	return res
 }
@@ -495,7 +524,12 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 func (p *Partition) rollLocked() error {
 	old := p.active
 	newBase := p.leoLocal
-	if err := p.timedSync(old.f); err != nil {
+	// Stop pre-zeroing and cut the zero tail first, so the fsync below makes the logical size
+	// the file size: a closed segment never has a zero tail (loadIndexes relies on it).
+	if err := old.truncate(old.size.Load(), true); err != nil {
+		return fmt.Errorf("cannot truncate segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
+	}
+	if err := p.timedSync(old.f, false); err != nil {
 		p.fsyncFailed = true
 		return fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
 	}
@@ -547,9 +581,20 @@ func (p *Partition) snapshotLocked(offset int64) []byte {
 	return p.producers.encode(offset, p.txn.abortedRange(p.active.base, offset))
 }
 
-func (p *Partition) timedSync(f File) error {
+// timedSync makes f durable: fdatasync when datasync is set (every byte to flush lies in the
+// pre-zeroed, fsync'd region, so no metadata has to be committed) and f supports it, fsync
+// otherwise. kaas_storage_fsync_duration_seconds covers both; the fdatasync ones are also in
+// kaas_storage_fdatasync_duration_seconds.
+func (p *Partition) timedSync(f File, datasync bool) error {
 	start := time.Now()
-	err := f.Sync()
+	var err error
+	if ds, ok := f.(datasyncer); ok && datasync {
+		err = ds.Datasync()
+		fdatasyncDuration.UpdateDuration(start)
+		fdatasyncsTotal.Inc()
+	} else {
+		err = f.Sync()
+	}
 	fsyncDuration.UpdateDuration(start)
 	fsyncsTotal.Inc()
 	return err
@@ -572,7 +617,7 @@ func (p *Partition) timedSync(f File) error {
 func (p *Partition) repairLocked() error {
 	seg := p.active
 	if p.dirtyTail {
-		if err := seg.f.Truncate(seg.size.Load()); err != nil {
+		if err := seg.truncate(seg.size.Load(), true); err != nil {
 			return err
 		}
 		p.dirtyTail = false
@@ -580,8 +625,10 @@ func (p *Partition) repairLocked() error {
 	if !p.fsyncFailed {
 		return nil
 	}
-	if seg.size.Load() > p.durablePos {
-		if err := seg.f.Truncate(p.durablePos); err != nil {
+	// The pre-zeroed tail goes too (and pre-zeroing stops for this segment): after an fsync
+	// error nothing past the last successful fsync is trusted.
+	if seg.size.Load() > p.durablePos || seg.filled.Load() > p.durablePos {
+		if err := seg.truncate(p.durablePos, true); err != nil {
 			return err
 		}
 		if err := seg.f.Sync(); err != nil {
@@ -734,13 +781,16 @@ func (p *Partition) flushOnce() error {
 	}
 	end, seg, pos, durable := p.leoLocal, p.active, p.active.size.Load(), p.durableEnd
 	_, maxTs, maxOff := seg.stats()
+	// Every byte to flush ([durablePos, pos)) lies in blocks that were written (zeros) and
+	// fsync'd before: fdatasync has no metadata to commit.
+	datasync := pos <= seg.zeroSynced.Load()
 	p.mu.Unlock()
 
 	var err error
 	if end > durable {
 		p.segMu.RLock()
 		if !seg.deleted {
-			err = p.timedSync(seg.f)
+			err = p.timedSync(seg.f, datasync)
 		}
 		p.segMu.RUnlock()
 		p.mu.Lock()
@@ -759,6 +809,50 @@ func (p *Partition) flushOnce() error {
 	}
 	p.completeWaiters(err)
 	return err
+}
+
+// zeroLoop is the partition's zeroer goroutine (see the pre-zeroing notes in segment.go). Appends
+// kick it when the zeroed region ahead of the active segment's logical end runs short; it never
+// takes the append mutex, and an append only waits for it when it outruns the zeroed region
+// (then for one zeroChunk write at most). A failed zero write or fsync (ENOSPC, EIO) stops
+// pre-zeroing for that segment: appends and flushes continue as append + fsync.
+func (p *Partition) zeroLoop() {
+	defer close(p.zdone)
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.zkick:
+		}
+		for {
+			select {
+			case <-p.stop:
+				return
+			default:
+			}
+			segs := *p.segs.Load()
+			seg := segs[len(segs)-1] // the active segment
+			segBytes := p.config().SegmentBytes
+			size := seg.size.Load()
+			if !seg.needsZeroing(size, segBytes) {
+				break
+			}
+			target := min(segBytes, size+zeroAhead(size))
+			n, err := seg.zeroTo(target, func() (File, error) {
+				return p.fs.OpenFile(seg.path(".log"), os.O_RDWR, 0o644)
+			})
+			prezeroBytesTotal.Add(int(n))
+			if err != nil {
+				prezeroFailuresTotal.Inc()
+				p.log.Warn("pre-zeroing failed; segment falls back to append + fsync",
+					zap.Int64("segment", seg.base), zap.Error(err))
+				break
+			}
+			if n == 0 {
+				break // truncated or sealed meanwhile; the next append kicks again
+			}
+		}
+	}
 }
 
 // completeWaiters (flusher goroutine only) fires every waiter that is covered by the HWM, that waits on a discarded
@@ -806,21 +900,37 @@ func (p *Partition) shutdown(clean bool) error {
 		return nil
 	}
 	p.closed = true
+	active := p.active
 	p.mu.Unlock()
+	active.seal() // the zeroer stops after its current chunk
 	if !clean {
 		// Crash-like close (topic deletion, tests): nothing more is written.
 		// The flusher fails the remaining waiters (only it uses the waiter scratch slice).
 		p.abandon.Store(true)
 		close(p.stop)
 		<-p.done
+		<-p.zdone
 		p.closeFiles()
 		return nil
 	}
 	close(p.stop)
 	<-p.done
+	<-p.zdone
 	var err error
 	p.mu.Lock()
 	if p.durableEnd == p.leoLocal && !p.fsyncFailed {
+		// Leave no zero tail behind a clean close (recovery would cut it anyway). The final
+		// flush may have repaired the partition into a new active segment.
+		active = p.active
+		if size := active.size.Load(); active.filled.Load() > size {
+			terr := active.truncate(size, true)
+			if terr == nil {
+				terr = active.f.Sync()
+			}
+			if terr != nil {
+				p.log.Warn("cannot cut pre-zeroed tail", zap.Error(terr))
+			}
+		}
 		p.writeSnapshotLocked(p.leoLocal)
 	} else {
 		err = fmt.Errorf("cannot flush partition (%s-%d): log end %d, durable %d", p.topic.Name, p.id, p.leoLocal, p.durableEnd)
@@ -837,6 +947,7 @@ func (p *Partition) closeFiles() {
 		for _, s := range *l {
 			if !s.deleted {
 				s.deleted = true
+				s.seal()
 				_ = s.f.Close()
 			}
 		}

@@ -47,9 +47,25 @@ type segment struct {
 
 	deleted bool // file closed by retention/shutdown; guarded by the partition's segMu
 
-	// size is the end of the last whole batch written. Readers never read past it, so a write in
-	// progress (or one that failed and is being truncated away) is never visible.
+	// size is the logical end of the segment: the end of the last whole batch written. Readers,
+	// the index, roll (segment.bytes) and retention (retention.bytes) only ever use it, never the
+	// file size: the active segment's file usually extends past it with pre-zeroed bytes (see
+	// zeroTo), and a write in progress (or one that failed and is being truncated away) is never
+	// visible.
 	size atomic.Int64
+
+	// Pre-zeroing of the active segment (zeroTo). File layout:
+	//
+	//	0            size          zeroSynced         filled        file size
+	//	|== batches ==|=== zeros (written, fsync'd) ===|== zeros ==|(junk of a failed write)
+	//
+	// filled never decreases except by truncate (under zmu); zeroSynced <= filled.
+	zmu        sync.Mutex   // serialises zero writes, writes past filled, truncations, seal
+	zf         File         // the zeroer's own handle (own fsync error cursor), guarded by zmu
+	zgen       uint64       // bumped by every truncation, guarded by zmu
+	zeroOn     atomic.Bool  // pre-zeroing allowed (active segment, no write or zero failure)
+	filled     atomic.Int64 // [0, filled) of the file is written: batches or zeros
+	zeroSynced atomic.Int64 // [0, zeroSynced) is written AND fsync'd: size and extents durable
 
 	mu              sync.Mutex // guards the fields below: the appender writes, readers look up
 	index           []indexEntry
@@ -66,6 +82,171 @@ func newSegment(dir string, base int64, f File) *segment {
 }
 
 func (s *segment) path(ext string) string { return filepath.Join(s.dir, segmentName(s.base, ext)) }
+
+// Pre-zeroing (the active segment's durability fast path).
+//
+// An append grows the file, so a flush of it must commit the new inode size and extents through
+// the file system journal (ext4: a jbd2 commit), and the fsyncs of all partitions serialise on
+// that journal. Writing into blocks that are already allocated AND written needs no metadata, so
+// fdatasync(2) only writes the data blocks. The partition's zeroer goroutine therefore keeps a
+// region ahead of the logical end written with zeros and fsync'd; the flusher uses fdatasync
+// when everything it flushes lies below zeroSynced, and fsync otherwise. fallocate(2) alone does
+// not help: it leaves unwritten extents, and the first write into one converts it (a metadata
+// change that fdatasync must commit).
+//
+// Crash safety: batches are written over zeros, and an all-zero batch header (length 0) is
+// end-of-log to the recovery scan, which truncates the tail. Every truncation bumps zgen so a
+// zeroer fsync that raced it never publishes zeroSynced past the truncation point. A closed
+// segment is sealed (no more zeroing) and truncated to its logical size before its fsync, so it
+// never carries a zero tail.
+const (
+	zeroStart      = 64 << 10 // pre-zero only once a segment holds this much (active partition)
+	zeroAheadMin   = 1 << 20
+	zeroAheadMax   = 16 << 20
+	zeroChunk      = 256 << 10 // one zero write under zmu (an outrunning appender waits at most this)
+	zeroSyncStride = 4 << 20   // fsync (and publish zeroSynced) every this many zeroed bytes
+)
+
+// zeroBuf is shared read-only by every zeroer.
+var zeroBuf = make([]byte, zeroChunk)
+
+// zeroAhead is how far ahead of the logical end the zeroed region should reach: it grows with
+// the segment (a partition that only ever gets a few batches costs little disk).
+func zeroAhead(size int64) int64 { return min(max(size, zeroAheadMin), zeroAheadMax) }
+
+// needsZeroing reports (cheaply, on the append path) whether the zeroer should extend the
+// zeroed region of this segment, whose logical end is now end.
+func (s *segment) needsZeroing(end, segBytes int64) bool {
+	if end < zeroStart || !s.zeroOn.Load() {
+		return false
+	}
+	f := s.filled.Load()
+	return f < segBytes && f-end < zeroAhead(end)/2
+}
+
+// writeAt writes a batch at pos (the logical end). Below filled the bytes overwrite zeros and
+// cannot meet a zero write (the zeroer only writes at or past filled); past it, zmu keeps the
+// zeroer out while the file grows.
+func (s *segment) writeAt(b []byte, pos int64) error {
+	end := pos + int64(len(b))
+	if end <= s.filled.Load() {
+		_, err := s.f.WriteAt(b, pos)
+		return err
+	}
+	s.zmu.Lock()
+	defer s.zmu.Unlock()
+	_, err := s.f.WriteAt(b, pos)
+	if err == nil && end > s.filled.Load() {
+		s.filled.Store(end)
+	}
+	return err
+}
+
+// truncate cuts the file at n (n >= the data to keep). With seal, pre-zeroing stops for good
+// (segment closing, or a write failed: the disk is in trouble, fall back to append + fsync).
+func (s *segment) truncate(n int64, seal bool) error {
+	s.zmu.Lock()
+	defer s.zmu.Unlock()
+	if seal {
+		s.sealLocked()
+	}
+	s.zgen++
+	if s.filled.Load() > n {
+		s.filled.Store(n)
+	}
+	if s.zeroSynced.Load() > n {
+		s.zeroSynced.Store(n)
+	}
+	return s.f.Truncate(n)
+}
+
+// seal stops pre-zeroing of this segment and closes the zeroer's handle.
+func (s *segment) seal() {
+	s.zmu.Lock()
+	s.sealLocked()
+	s.zmu.Unlock()
+}
+
+func (s *segment) sealLocked() {
+	s.zeroOn.Store(false)
+	if s.zf != nil {
+		_ = s.zf.Close()
+		s.zf = nil
+	}
+}
+
+// zeroTo extends the zeroed region to target (never past what the caller allows: segment.bytes),
+// in chunks under zmu, fsyncing every zeroSyncStride bytes through the zeroer's own handle and
+// publishing zeroSynced after each fsync. open opens the zeroer's handle. It returns an error
+// (after sealing the segment, so pre-zeroing stops) if a zero write or fsync fails; a failed
+// zero write is truncated away so ENOSPC leaves no allocated junk behind.
+//
+// Its own handle matters: Linux reports a writeback error once per open file description, so an
+// fsync error seen by the zeroer on the flusher's handle would be consumed, and the flusher's
+// next fsync could "succeed" for data that never reached the disk.
+func (s *segment) zeroTo(target int64, open func() (File, error)) (zeroed int64, err error) {
+	for {
+		s.zmu.Lock()
+		if !s.zeroOn.Load() {
+			s.zmu.Unlock()
+			return zeroed, nil
+		}
+		if s.zf == nil {
+			if s.zf, err = open(); err != nil {
+				s.zf = nil
+				s.sealLocked()
+				s.zmu.Unlock()
+				return zeroed, err
+			}
+		}
+		gen, zf := s.zgen, s.zf
+		from := s.filled.Load()
+		if from >= target {
+			s.zmu.Unlock()
+			return zeroed, nil
+		}
+		stop := min(target, from+zeroSyncStride)
+		for from < stop {
+			n := min(int64(zeroChunk), stop-from)
+			if _, err = zf.WriteAt(zeroBuf[:n], from); err != nil {
+				_ = zf.Truncate(from)
+				s.sealLocked()
+				s.zmu.Unlock()
+				return zeroed, err
+			}
+			zeroed += n
+			from += n
+			s.filled.Store(from)
+			// Let an appender that outruns us (writing past filled) in between chunks, and
+			// push the chunk to the disk now, so a concurrent flush never waits for more than
+			// one chunk of zeros (errors surface at the fsync below).
+			s.zmu.Unlock()
+			if rw, ok := zf.(rangeWriter); ok {
+				_ = rw.WriteBack(from-n, n)
+			}
+			s.zmu.Lock()
+			if s.zgen != gen || !s.zeroOn.Load() {
+				s.zmu.Unlock()
+				return zeroed, nil
+			}
+			from = s.filled.Load()
+		}
+		s.zmu.Unlock()
+		// Everything below from was written before this fsync started, batches included: the
+		// fsync makes its size and extents durable, so fdatasync suffices for it from now on.
+		err = zf.Sync()
+		s.zmu.Lock()
+		if err != nil {
+			s.sealLocked()
+			s.zmu.Unlock()
+			return zeroed, err
+		}
+		if s.zgen == gen && from > s.zeroSynced.Load() {
+			s.zeroSynced.Store(from)
+		}
+		s.zmu.Unlock()
+	}
+}
 
 // track records a batch just written at pos in the in-memory indexes. An index entry is added for
 // the first batch and then once at least interval bytes were written since the previous entry
@@ -219,6 +400,13 @@ func (s *segment) loadIndexes(size, next int64) bool {
 		}
 		tindex = append(tindex, e)
 	}
+	// The batches from the last index entry must end exactly at the end of the file: a closed
+	// segment never has a zero tail (roll truncates it before the fsync that precedes the
+	// index write), and if it somehow had one, the rebuild scan must cut it rather than readers
+	// serving zeros. This reads a few headers (one index interval).
+	if !framesToEnd(s.f, int64(index[len(index)-1].pos), size) {
+		return false
+	}
 	last := tindex[len(tindex)-1]
 	s.mu.Lock()
 	s.index, s.tindex = index, tindex
@@ -228,6 +416,26 @@ func (s *segment) loadIndexes(size, next int64) bool {
 	s.mu.Unlock()
 	s.size.Store(size)
 	return true
+}
+
+// framesToEnd reports whether the batch headers from pos frame exactly up to size.
+func framesToEnd(f File, pos, size int64) bool {
+	var hdr [codec.BatchHeaderSize]byte
+	for pos < size {
+		if size-pos < codec.BatchHeaderSize {
+			return false
+		}
+		if _, err := f.ReadAt(hdr[:], pos); err != nil {
+			return false
+		}
+		b := codec.Batch(hdr[:])
+		total := int64(int32(binary.BigEndian.Uint32(hdr[8:]))) + codec.LogOverhead
+		if total < codec.BatchHeaderSize || b.Magic() != 2 || pos+total > size {
+			return false
+		}
+		pos += total
+	}
+	return pos == size
 }
 
 // resetIndexes clears the in-memory state before a rebuild scan.
@@ -241,12 +449,15 @@ func (s *segment) resetIndexes() {
 
 // recover scans the whole segment, verifying every batch (length, magic, CRC32C, contiguous
 // offsets starting at base), rebuilding the in-memory indexes, and truncates the file at the first
-// batch that fails (a torn write from a crash, or garbage). It returns how many bytes were cut.
-// The caller fsyncs the file afterwards.
-func (s *segment) recover(interval int64) (cut int64, err error) {
+// batch that fails (a torn write from a crash, garbage, or the pre-zeroed tail of an active
+// segment). It returns how many bytes were cut and whether the cut began with an all-zero batch
+// header: that is the normal end of a pre-zeroed segment (zeroTo), not corruption. A zero length
+// field never frames (12 < the 61-byte header), so zeros are never taken for a batch. The caller
+// fsyncs the file afterwards.
+func (s *segment) recover(interval int64) (cut int64, zeroTail bool, err error) {
 	st, err := s.f.Stat()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	fileSize := st.Size()
 	s.resetIndexes()
@@ -256,7 +467,7 @@ func (s *segment) recover(interval int64) (cut int64, err error) {
 	for {
 		b, status, err := r.next(true)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if status != batchOK || !validStoredBatch(b, expect) {
 			break
@@ -266,12 +477,28 @@ func (s *segment) recover(interval int64) (cut int64, err error) {
 		expect = b.LastOffset() + 1
 	}
 	if pos < fileSize {
-		if err := s.f.Truncate(pos); err != nil {
-			return 0, err
+		var hdr [codec.LogOverhead]byte
+		n, rerr := s.f.ReadAt(hdr[:min(int64(len(hdr)), fileSize-pos)], pos)
+		if rerr != nil && rerr != io.EOF {
+			return 0, false, rerr
+		}
+		zeroTail = n > 0 && allZero(hdr[:n])
+		if err := s.truncate(pos, false); err != nil {
+			return 0, false, err
 		}
 	}
 	s.size.Store(pos)
-	return fileSize - pos, nil
+	s.filled.Store(pos)
+	return fileSize - pos, zeroTail, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // validStoredBatch checks what recovery relies on: magic 2, CRC32C, the expected base offset, and

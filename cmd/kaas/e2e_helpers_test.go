@@ -220,6 +220,10 @@ type kaasProc struct {
 	err    error         // exit status, valid once exited is closed
 }
 
+// e2eExtraKaasArgs are appended to every kaas command line (set by a test for its duration;
+// the e2e tests do not run in parallel).
+var e2eExtraKaasArgs []string
+
 func startKaas(t *testing.T) *kaasProc {
 	t.Helper()
 	if e2eKaasBuildErr != nil {
@@ -245,6 +249,7 @@ func startKaas(t *testing.T) *kaasProc {
 		// As on the reference broker: the 3 s default only slows group tests down.
 		"--group.initial.rebalance.delay.ms=0",
 	}
+	p.args = append(p.args, e2eExtraKaasArgs...)
 	t.Cleanup(func() {
 		p.mu.Lock()
 		running, exited := p.cmd != nil, p.exited

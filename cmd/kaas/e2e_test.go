@@ -648,6 +648,19 @@ func sortedE2EPos(m map[e2ePos]string) []e2ePos {
 // an ack for acks=all promises the record is durable at that offset (KIP-98 idempotence keeps
 // retries across the restarts from writing it twice).
 func TestCrashKill9AcksAll(t *testing.T) {
+	t.Run("default", e2eCrashKill9AcksAll)
+	if e2eBrokerKind() != "kaas" {
+		return // log.preallocate is a kaas setting; the reference-broker mode runs the default
+	}
+	// log.preallocate: flushes are fdatasyncs into a pre-zeroed tail, which recovery must cut.
+	t.Run("preallocate", func(t *testing.T) {
+		e2eExtraKaasArgs = []string{"--log.preallocate=true"}
+		t.Cleanup(func() { e2eExtraKaasArgs = nil })
+		e2eCrashKill9AcksAll(t)
+	})
+}
+
+func e2eCrashKill9AcksAll(t *testing.T) {
 	const (
 		partitions   = 3
 		kills        = 4
