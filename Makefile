@@ -19,10 +19,10 @@ TESTFLAGS ?=
 FUZZTIME  ?= 10s
 KAFKA_LIB := bench/.kafka-lib
 
-.PHONY: help build run test test-unit test-e2e vet fuzz-short fuzz tools clean
+.PHONY: help build run test test-unit test-e2e vet fuzz-short fuzz tools bench clean
 
 help:
-	@echo "targets: build run test test-unit test-e2e vet fuzz-short fuzz tools clean"
+	@echo "targets: build run test test-unit test-e2e vet fuzz-short fuzz tools bench clean"
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kaas
@@ -60,6 +60,12 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# Side-by-side benchmark against Apache Kafka (bench/README.md); takes long, never part of `test`.
+# e.g. `make bench BENCH_ARGS="--rounds 3 S1 S4"` or `BENCH_ARGS=--quick`.
+BENCH_ARGS ?=
+bench:
+	bench/run $(BENCH_ARGS)
 
 clean:
 	rm -rf bin data

@@ -14,9 +14,11 @@
 # Environment knobs:
 #   JAVA                  java binary (default: java on PATH)
 #   KAFKA_TOOLS_HEAP      -Xmx for `run` (default 512m)
+#   KAFKA_TOOLS_JIT       full = let `run` use the C2 compiler (benchmarks); default C1 only
 #   KAFKA_REF_HEAP        -Xms/-Xmx for the reference broker (default 1g)
 #   KAFKA_REF_CONTROLLER_PORT  controller listener port (default <port>+1)
 #   KAFKA_REF_EXTRA_PROPS extra broker properties (space-separated key=value)
+#   KAFKA_REF_PRODUCTION  1 = keep Kafka's default thread counts (benchmarks); else 2 network + 2 io
 #   KAFKA_REF_TIMEOUT     seconds to wait for the reference broker to be ready (default 90)
 set -euo pipefail
 
@@ -71,7 +73,11 @@ need_lib() {
 cmd_run() {
 	[[ $# -ge 1 ]] || usage
 	need_lib
-	exec "$JAVA" "-Xmx${KAFKA_TOOLS_HEAP:-512m}" -XX:+UseG1GC -XX:TieredStopAtLevel=1 \
+	# C1 only (TieredStopAtLevel=1) starts the short-lived tools of the tests faster; benchmarks
+	# set KAFKA_TOOLS_JIT=full so load generators get the optimising compiler.
+	local jit=(-XX:TieredStopAtLevel=1)
+	[[ "${KAFKA_TOOLS_JIT:-}" == full ]] && jit=()
+	exec "$JAVA" "-Xmx${KAFKA_TOOLS_HEAP:-512m}" -XX:+UseG1GC "${jit[@]}" \
 		-Dlog4j2.configurationFile="$BENCH_DIR/java/log4j2-tools.properties" \
 		-cp "$LIB_DIR/*" "$@"
 }
@@ -124,9 +130,12 @@ cmd_ref_start() {
 		# registration's session expires (9 s by default): shorter sessions speed up crash tests.
 		broker.session.timeout.ms=3000
 		broker.heartbeat.interval.ms=500
-		num.network.threads=2
-		num.io.threads=2
 	EOF
+	# The e2e tests run a small broker (2+2 threads); benchmarks keep Kafka's production defaults
+	# (num.network.threads=3, num.io.threads=8) with KAFKA_REF_PRODUCTION=1.
+	if [[ "${KAFKA_REF_PRODUCTION:-0}" != 1 ]]; then
+		printf 'num.network.threads=2\nnum.io.threads=2\n' >>"$props"
+	fi
 	# KAFKA_REF_EXTRA_PROPS: extra server properties, space-separated key=value (e.g. the
 	# equal-durability run: log.flush.interval.messages=1).
 	for kv in ${KAFKA_REF_EXTRA_PROPS:-}; do echo "$kv" >>"$props"; done

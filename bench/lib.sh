@@ -1,8 +1,9 @@
-# Shared shell functions of the side-by-side benchmark scripts (perf-produce.sh, perf-txn.sh).
-# Sourced, not run. The caller has cd'ed to the repository root and sets `work` (a scratch dir
-# it removes on exit) before calling broker_start.
+# Shared shell functions of the side-by-side benchmark scripts (bench/run, perf-produce.sh,
+# perf-txn.sh). Sourced, not run. The caller has cd'ed to the repository root and sets `work` (a
+# scratch dir it removes on exit) before calling broker_start.
 #
-#   broker_start <kaas|kafka|kafka-fsync> <port>   fresh data dir under $work, sets $pid
+#   broker_start <kaas|kafka|kafka-fsync> <port>   fresh data dir under $work, sets $pid; kaas is
+#                                                  $KAAS_BIN (default ./bin/kaas)
 #   broker_stop <broker>                           graceful stop of the broker started last
 #   broker_cleanup                                 for the EXIT trap: kill whatever is left
 #   cpu_seconds <pid>, peak_rss_mb <pid>           from /proc (utime+stime; VmHWM)
@@ -10,6 +11,7 @@
 #                                                  broker can be measured per workload
 #   machine_note [dir]                             one line: cores, memory, kernel, load, fsync
 #                                                  latency of the filesystem holding dir
+#   disk_probe <dir> <MiB>                         "fsync_p50_ms fsync_p99_ms seq_fsync_MBps"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -26,7 +28,7 @@ broker_start() {
 	case "$b" in
 	kaas)
 		rm -rf "$work/kaas"; mkdir -p "$work/kaas"
-		./bin/kaas --listeners=127.0.0.1:$port --data.dir="$work/kaas" --metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
+		"${KAAS_BIN:-./bin/kaas}" --listeners=127.0.0.1:$port --data.dir="$work/kaas" --metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
 			>"$work/kaas.log" 2>&1 &
 		pid=$!
 		for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
@@ -74,4 +76,30 @@ fsync_latency_ms() {
 machine_note() {
 	local dir=${1:-/tmp}
 	echo "$(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB, kernel $(uname -r), $(df -T "$dir" | awk 'NR==2{print $2}') $(fsync_latency_ms "$dir"), load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# disk_probe <dir> <MiB>: the data dir's filesystem as the side-by-side harness (bench/run) sees
+# it. Prints "p50_ms p99_ms seq_MBps": the latency of 300 × (16 KiB write + fsync) on one file,
+# and the bandwidth of writing <MiB> × 1 MiB with fdatasync after each MiB (the ceiling an
+# fsync-per-batch broker can reach on this disk; S7 compares its produce rate with it).
+disk_probe() {
+	python3 - "$1" "$2" <<-'EOF2'
+		import os, sys, time
+		d, mib = sys.argv[1], int(sys.argv[2])
+		p = os.path.join(d, ".disk-probe")
+		fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+		blk = os.urandom(16384)
+		lat = []
+		for _ in range(300):
+		    t = time.perf_counter(); os.write(fd, blk); os.fsync(fd); lat.append((time.perf_counter() - t) * 1000)
+		os.ftruncate(fd, 0); os.fsync(fd)
+		lat.sort()
+		big = os.urandom(1 << 20)
+		t0 = time.perf_counter(); n = 0
+		while n < mib and (n < 16 or time.perf_counter() - t0 < 10):
+		    os.write(fd, big); os.fdatasync(fd); n += 1
+		bw = n * 1.048576 / (time.perf_counter() - t0)
+		os.close(fd); os.unlink(p)
+		print("%.2f %.2f %.0f" % (lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1], bw))
+	EOF2
 }
