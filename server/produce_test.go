@@ -226,59 +226,41 @@ func TestAcksZeroSendsNoResponse(t *testing.T) {
 	})
 }
 
-// TestHandlerPanicClosesOnlyThatConnection: a bug in one handler closes the connection that hit
-// it, is counted, and the broker keeps serving everyone else.
+// TestHandlerPanicClosesOnlyThatConnection: a bug in one handler — in its synchronous part or in
+// a deferred continuation (a coordinator or flusher callback, caught by rc.guard) — is counted,
+// closes the connection that hit it, and the broker keeps serving everyone else.
 func TestHandlerPanicClosesOnlyThatConnection(t *testing.T) {
-	testHandlerHook = func(key int16, h handler) handler {
-		if key != int16(kmsg.DescribeCluster) {
-			return h
-		}
-		return func(rc *reqCtx) (kmsg.Response, error) { panic("injected") }
+	f := func(name string, injected handler) {
+		t.Run(name, func(t *testing.T) {
+			testHandlerHook = func(key int16, h handler) handler {
+				if key != int16(kmsg.DescribeCluster) {
+					return h
+				}
+				return injected
+			}
+			t.Cleanup(func() { testHandlerHook = nil })
+			addr, _ := newTestBroker(t)
+			before := mPanics.Get()
+			rc := dialRaw(t, addr)
+			rc.send(kmsg.NewPtrDescribeClusterRequest(), 1)
+			rc.expectClosed()
+			if mPanics.Get() != before+1 {
+				t.Fatalf("panic not counted")
+			}
+			other := dialRaw(t, addr)
+			other.send(kmsg.NewPtrApiVersionsRequest(), 2)
+			if corr, _, err := other.recv(); err != nil || corr != 2 {
+				t.Fatalf("broker stopped serving after a handler panic: %d %v", corr, err)
+			}
+		})
 	}
-	t.Cleanup(func() { testHandlerHook = nil })
-	addr, _ := newTestBroker(t)
-	before := mPanics.Get()
-	rc := dialRaw(t, addr)
-	rc.send(kmsg.NewPtrDescribeClusterRequest(), 1)
-	rc.expectClosed()
-	if mPanics.Get() != before+1 {
-		t.Fatalf("panic not counted")
-	}
-	other := dialRaw(t, addr)
-	other.send(kmsg.NewPtrApiVersionsRequest(), 2)
-	if corr, _, err := other.recv(); err != nil || corr != 2 {
-		t.Fatalf("broker stopped serving after a handler panic: %d %v", corr, err)
-	}
-}
-
-// TestDeferredPanicClosesOnlyThatConnection: a panic in a deferred continuation (a coordinator or
-// flusher callback) is caught by rc.guard, counted, and closes only that connection.
-func TestDeferredPanicClosesOnlyThatConnection(t *testing.T) {
-	testHandlerHook = func(key int16, h handler) handler {
-		if key != int16(kmsg.DescribeCluster) {
-			return h
-		}
-		return func(rc *reqCtx) (kmsg.Response, error) {
-			rc.deferReply()
-			go func() {
-				defer rc.guard()
-				panic("injected in a callback")
-			}()
-			return nil, nil
-		}
-	}
-	t.Cleanup(func() { testHandlerHook = nil })
-	addr, _ := newTestBroker(t)
-	before := mPanics.Get()
-	rc := dialRaw(t, addr)
-	rc.send(kmsg.NewPtrDescribeClusterRequest(), 1)
-	rc.expectClosed()
-	if mPanics.Get() != before+1 {
-		t.Fatalf("deferred panic not counted")
-	}
-	other := dialRaw(t, addr)
-	other.send(kmsg.NewPtrApiVersionsRequest(), 2)
-	if corr, _, err := other.recv(); err != nil || corr != 2 {
-		t.Fatalf("broker stopped serving after a deferred panic: %d %v", corr, err)
-	}
+	f("sync", func(rc *reqCtx) (kmsg.Response, error) { panic("injected") })
+	f("deferred", func(rc *reqCtx) (kmsg.Response, error) {
+		rc.deferReply()
+		go func() {
+			defer rc.guard()
+			panic("injected in a callback")
+		}()
+		return nil, nil
+	})
 }
