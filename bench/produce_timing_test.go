@@ -14,10 +14,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	_ "github.com/kaas-go/kaas/server" // registers the served API versions the decoder checks
 	"github.com/kaas-go/kaas/storage"
 )
 
-func init() { codec.Register(int16(kmsg.Produce), 3, 11) }
 
 // batchOf builds an idempotent producer's v2 batch of n records of size bytes each.
 func batchOf(n, size int, pid int64, seq int32) []byte {
