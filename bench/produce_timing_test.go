@@ -18,7 +18,6 @@ import (
 	"github.com/kaas-go/kaas/storage"
 )
 
-
 // batchOf builds an idempotent producer's v2 batch of n records of size bytes each.
 func batchOf(n, size int, pid int64, seq int32) []byte {
 	val := make([]byte, size)
