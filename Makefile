@@ -44,6 +44,8 @@ test: tools vet test-unit test-e2e
 test-unit:
 	pkgs=$$($(GO) list ./... | grep -v '/cmd/kaas$$' || true); \
 	if [[ -n "$$pkgs" ]]; then $(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $$pkgs; fi
+	# storage once more with log.preallocate off (the production default; the run above has it on)
+	KAAS_TEST_PREALLOCATE=0 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./storage
 
 test-e2e: tools
 	$(GO) test -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(E2E_PKG)

@@ -39,7 +39,7 @@ func fillPastZeroStart(t *testing.T, p *Partition) int {
 
 func TestPrezeroFlushUsesFdatasyncInsideTheZeroedRegion(t *testing.T) {
 	ffs := &faultFS{}
-	s := openStore(t, "", func(c *Config) { c.FS = ffs })
+	s := openStore(t, "", withPrealloc, func(c *Config) { c.FS = ffs })
 	defer s.Close()
 	p := newPartition(t, s, nil)
 	// A partition that only ever gets a few batches is not pre-zeroed.
@@ -105,7 +105,7 @@ func TestPrezeroRecoveryAfterKill(t *testing.T) {
 	for name, damage := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openStore(t, dir)
+			s := openStore(t, dir, withPrealloc)
 			p := newPartition(t, s, nil)
 			n := fillPastZeroStart(t, p)
 			for i := 0; i < 10; i++ { // acknowledged writes into the zeroed region
@@ -118,7 +118,7 @@ func TestPrezeroRecoveryAfterKill(t *testing.T) {
 				t.Fatal("the crash left no zero tail")
 			}
 			damage(t, path, logical)
-			s = openStore(t, dir)
+			s = openStore(t, dir, withPrealloc)
 			defer s.Close()
 			p = s.Topic("t").Partition(0)
 			if p.LogEndOffset() != leo || p.HighWatermark() != leo {
@@ -159,7 +159,7 @@ func TestPrezeroClosedSegmentWithZeroTail(t *testing.T) {
 	for _, keepIndexes := range []bool{false, true} {
 		t.Run("indexes="+strconv.FormatBool(keepIndexes), func(t *testing.T) {
 			dir := t.TempDir()
-			s := openStore(t, dir)
+			s := openStore(t, dir, withPrealloc)
 			p := newPartition(t, s, map[string]string{"segment.bytes": "4096"})
 			for i := 0; i < 20; i++ {
 				mustAppend(t, p, makeBatch(t, tb{n: 2, value: 100}), 0)
@@ -174,7 +174,7 @@ func TestPrezeroClosedSegmentWithZeroTail(t *testing.T) {
 				os.Remove(first.path(".index"))
 				os.Remove(first.path(".timeindex"))
 			}
-			s = openStore(t, dir)
+			s = openStore(t, dir, withPrealloc)
 			defer s.Close()
 			p = s.Topic("t").Partition(0)
 			if got := readAll(t, p, 0); len(got) != 20 {
@@ -189,7 +189,7 @@ func TestPrezeroClosedSegmentWithZeroTail(t *testing.T) {
 
 func TestPrezeroRollTruncatesAndRetentionUsesLogicalSizes(t *testing.T) {
 	ffs := &faultFS{}
-	s := openStore(t, "", func(c *Config) { c.FS = ffs })
+	s := openStore(t, "", withPrealloc, func(c *Config) { c.FS = ffs })
 	defer s.Close()
 	const segBytes = 256 << 10
 	p := newPartition(t, s, map[string]string{"segment.bytes": strconv.Itoa(segBytes), "retention.ms": "-1"})
@@ -240,7 +240,7 @@ func TestPrezeroRollTruncatesAndRetentionUsesLogicalSizes(t *testing.T) {
 func TestPrezeroFailureFallsBackToFsync(t *testing.T) {
 	ffs := &faultFS{zeroErr: syscall.ENOSPC, partial: 5000}
 	dir := t.TempDir()
-	s := openStore(t, dir, func(c *Config) { c.FS = ffs })
+	s := openStore(t, dir, withPrealloc, func(c *Config) { c.FS = ffs })
 	p := newPartition(t, s, nil)
 	n := 0
 	for p.active.size.Load() < zeroStart+4096 {
@@ -265,7 +265,7 @@ func TestPrezeroFailureFallsBackToFsync(t *testing.T) {
 		t.Fatalf("%d batches, want %d", len(got), n)
 	}
 	crash(s)
-	s = openStore(t, dir)
+	s = openStore(t, dir, withPrealloc)
 	defer s.Close()
 	if got := readAll(t, s.Topic("t").Partition(0), 0); len(got) != n {
 		t.Fatalf("%d batches after reopen, want %d", len(got), n)
@@ -277,7 +277,7 @@ func TestPrezeroFailureFallsBackToFsync(t *testing.T) {
 func TestPrezeroDiskFullInsideZeroedRegion(t *testing.T) {
 	ffs := &faultFS{}
 	dir := t.TempDir()
-	s := openStore(t, dir, func(c *Config) { c.FS = ffs })
+	s := openStore(t, dir, withPrealloc, func(c *Config) { c.FS = ffs })
 	p := newPartition(t, s, nil)
 	n := fillPastZeroStart(t, p)
 	seg := p.active
@@ -295,7 +295,7 @@ func TestPrezeroDiskFullInsideZeroedRegion(t *testing.T) {
 	}
 	n++
 	crash(s)
-	s = openStore(t, dir)
+	s = openStore(t, dir, withPrealloc)
 	defer s.Close()
 	if got := readAll(t, s.Topic("t").Partition(0), 0); len(got) != n {
 		t.Fatalf("%d batches after reopen, want %d", len(got), n)
@@ -306,7 +306,7 @@ func TestPrezeroDiskFullInsideZeroedRegion(t *testing.T) {
 // the file never has a zero byte inside the logical size.
 func TestPrezeroConcurrentAppendsAndReads(t *testing.T) {
 	dir := t.TempDir()
-	s := openStore(t, dir)
+	s := openStore(t, dir, withPrealloc)
 	p := newPartition(t, s, map[string]string{"segment.bytes": strconv.Itoa(3 << 20)})
 	const producers, each = 4, 300
 	done := make(chan error, producers)
@@ -405,9 +405,13 @@ func TestPrezeroConcurrentAppendsAndReads(t *testing.T) {
 	}
 	leo := p.LogEndOffset()
 	crash(s)
-	s = openStore(t, dir)
+	s = openStore(t, dir, withPrealloc)
 	defer s.Close()
 	if p := s.Topic("t").Partition(0); p.LogEndOffset() != leo || len(readAll(t, p, 0)) != producers*each {
 		t.Fatalf("after kill: leo %d, want %d", p.LogEndOffset(), leo)
 	}
 }
+
+// withPrealloc turns log.preallocate on whatever KAAS_TEST_PREALLOCATE says: these tests are
+// about the pre-zeroed tail.
+func withPrealloc(c *Config) { c.Preallocate = true }
