@@ -55,22 +55,13 @@ func handleOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 			sp.Partition = rp.Partition
 			sp.ErrorCode = topicCode
 			if topicCode == codec.CodeNone {
-				switch {
-				case rp.Partition < 0 || rp.Partition >= topic.NumPartitions():
-					sp.ErrorCode = codec.CodeUnknownTopicOrPartition
-				case rp.Metadata != nil && len(*rp.Metadata) > group.MaxMetadataBytes:
-					sp.ErrorCode = codec.CodeOffsetMetadataTooLarge
-				default:
-					md := ""
-					if rp.Metadata != nil {
-						md = *rp.Metadata
-					}
-					epoch := rp.LeaderEpoch
-					if req.Version < 6 {
-						epoch = -1
-					}
-					offs = append(offs, storage.GroupOffset{Topic: rt.Topic, Partition: rp.Partition,
-						Offset: rp.Offset, LeaderEpoch: epoch, Metadata: md})
+				epoch := rp.LeaderEpoch
+				if req.Version < 6 {
+					epoch = -1
+				}
+				var o storage.GroupOffset
+				if o, sp.ErrorCode = groupOffset(topic, rt.Topic, rp.Partition, rp.Offset, epoch, rp.Metadata); sp.ErrorCode == codec.CodeNone {
+					offs = append(offs, o)
 					pending = append(pending, slot{len(resp.Topics), len(st.Partitions)})
 				}
 			}
@@ -94,4 +85,20 @@ func handleOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 		rc.reply(resp)
 	})
 	return nil, nil
+}
+
+// groupOffset checks one partition of an OffsetCommit or TxnOffsetCommit (the partition exists,
+// metadata within offset.metadata.max.bytes) and builds the offset to store.
+func groupOffset(topic *storage.Topic, name string, partition int32, offset int64, epoch int32, metadata *string) (storage.GroupOffset, int16) {
+	switch {
+	case partition < 0 || partition >= topic.NumPartitions():
+		return storage.GroupOffset{}, codec.CodeUnknownTopicOrPartition
+	case metadata != nil && len(*metadata) > group.MaxMetadataBytes:
+		return storage.GroupOffset{}, codec.CodeOffsetMetadataTooLarge
+	}
+	md := ""
+	if metadata != nil {
+		md = *metadata
+	}
+	return storage.GroupOffset{Topic: name, Partition: partition, Offset: offset, LeaderEpoch: epoch, Metadata: md}, codec.CodeNone
 }

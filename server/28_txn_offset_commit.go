@@ -93,22 +93,13 @@ func handleTxnOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 			if topicCode != codec.CodeNone {
 				continue
 			}
-			switch {
-			case rp.Partition < 0 || rp.Partition >= topic.NumPartitions():
-				sp.ErrorCode = codec.CodeUnknownTopicOrPartition
-			case rp.Metadata != nil && len(*rp.Metadata) > group.MaxMetadataBytes:
-				sp.ErrorCode = codec.CodeOffsetMetadataTooLarge
-			default:
-				md := ""
-				if rp.Metadata != nil {
-					md = *rp.Metadata
-				}
-				epoch := rp.LeaderEpoch
-				if req.Version < 2 {
-					epoch = -1
-				}
-				offs = append(offs, storage.GroupOffset{Topic: rt.Topic, Partition: rp.Partition,
-					Offset: rp.Offset, LeaderEpoch: epoch, Metadata: md})
+			epoch := rp.LeaderEpoch
+			if req.Version < 2 {
+				epoch = -1
+			}
+			var o storage.GroupOffset
+			if o, sp.ErrorCode = groupOffset(topic, rt.Topic, rp.Partition, rp.Offset, epoch, rp.Metadata); sp.ErrorCode == codec.CodeNone {
+				offs = append(offs, o)
 				pending = append(pending, slot{ti, pi})
 			}
 		}

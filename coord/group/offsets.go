@@ -44,12 +44,7 @@ func (c *Coordinator) CommitOffsets(cm Commit, offs []storage.GroupOffset, done 
 			return
 		}
 	}
-	now := time.Now().UnixMilli()
-	for i := range offs {
-		if offs[i].CommitTimeMs == 0 {
-			offs[i].CommitTimeMs = now
-		}
-	}
+	stampCommitTime(offs)
 	g.do(func() {
 		if g.unloaded {
 			done(codec.CodeNotCoordinator)
@@ -312,4 +307,15 @@ func (c *Coordinator) DescribeGroup(group string, done func(kmsg.DescribeGroupsR
 		}
 		done(d)
 	})
+}
+
+// stampCommitTime sets the commit time of offsets that carry none (the broker's clock, as Apache
+// stamps commits it receives).
+func stampCommitTime(offs []storage.GroupOffset) {
+	now := time.Now().UnixMilli()
+	for i := range offs {
+		if offs[i].CommitTimeMs == 0 {
+			offs[i].CommitTimeMs = now
+		}
+	}
 }

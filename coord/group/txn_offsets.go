@@ -42,7 +42,6 @@ package group
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -112,12 +111,7 @@ func (c *Coordinator) TxnOffsetCommit(tc TxnCommit, offs []storage.GroupOffset, 
 		done(codec.CodeNotCoordinator)
 		return
 	}
-	now := time.Now().UnixMilli()
-	for i := range offs {
-		if offs[i].CommitTimeMs == 0 {
-			offs[i].CommitTimeMs = now
-		}
-	}
+	stampCommitTime(offs)
 	g.do(func() {
 		if g.unloaded {
 			done(codec.CodeNotCoordinator)
