@@ -14,7 +14,7 @@ package server
 //   - The answer is sent only after all of that: markers durable, group offsets completed AND the
 //     Complete* record durable. Apache answers right after the prepare is logged and lets the
 //     next transaction's Add* calls spin on CONCURRENT_TRANSACTIONS until the markers land; waiting
-//     costs the producer one marker fsync + one slot write of latency but means that when
+//     costs the producer one marker fsync + one journal sync of latency but means that when
 //     commitTransaction() returns, read_committed consumers can already see the data (the LSO has
 //     moved) and the committed offsets are fetchable — no window in which the producer believes
 //     the transaction done while its effects are still invisible.

@@ -21,7 +21,7 @@ package server
 //     → INVALID_TXN_STATE (v0-3) / TRANSACTION_ABORTABLE (v4, KIP-890 genericErrorSupported).
 //     v5 (TV2): the group is added to the transaction implicitly (the AddOffsetsToTxn the client no
 //     longer sends); its errors pass through except PRODUCER_FENCED → INVALID_PRODUCER_EPOCH.
-//     A transaction coordinator that cannot answer (closed, not the owner, slot write failed) →
+//     A transaction coordinator that cannot answer (closed, not the owner, journal write failed) →
 //     COORDINATOR_NOT_AVAILABLE (retriable).
 //   - Then the group coordinator: KIP-447 fencing (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 //     FENCED_INSTANCE_ID; generation -1 without member = no group check), the producer epoch

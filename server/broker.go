@@ -96,6 +96,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	b.Markers = NewMarkerWriter(MarkerWriterConfig{Store: b.Store, Groups: b.Groups, Owner: owner, Logger: log.Named("txn")})
 	if b.Txn, err = txn.New(txn.Config{
 		ClusterDir:     clusterDir,
+		BrokerID:       cfg.BrokerID,
 		MaxTimeoutMs:   int32(cfg.TransactionMaxTimeout.Milliseconds()),
 		ReaperInterval: cfg.TransactionReapInterval,
 		AllocPID:       pids.Next,

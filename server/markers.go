@@ -9,7 +9,7 @@ package server
 // shape):
 //
 //	EndTxn / reaper / rejoin / reconcile
-//	        │  Prepare* durable (slot file), partition + group lists kept
+//	        │  Prepare* durable (coordinator journal), partition + group lists kept
 //	        ▼
 //	   Fence (Store.FenceProducer: old epoch rejected everywhere)
 //	        │

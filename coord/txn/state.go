@@ -1,7 +1,10 @@
 // Package txn is the core of the transaction coordinator: the per-transactional.id state machine
 // (pure transition functions, one per API, with Apache Kafka's TransactionCoordinator semantics),
-// the slot-file state store that replaces Apache's __transaction_state topic, and the sharded
-// worker pool that applies operations with group commit and exactly one writer per slot file.
+// the state store that replaces Apache's __transaction_state topic — a write-ahead journal per
+// worker (the durability point of every batch: one write, one fdatasync) checkpointed into
+// readable slot files in the background — and the sharded worker pool that applies operations
+// with group commit and exactly one writer per slot. README.md documents the formats and the
+// recovery rules.
 //
 // The package writes no markers and fences no partitions itself: every operation that requires
 // either returns an Action, and the caller (server wiring) carries it out and reports back with

@@ -41,23 +41,61 @@ func SlotFileName(slot int) string { return "slot-" + strconv.Itoa(slot) + ".jso
 
 // slotDoc is the persisted form of one slot. See README.md for the field-by-field layout.
 type slotDoc struct {
-	Version          int               `json:"version"`
-	CoordinatorEpoch int32             `json:"coordinatorEpoch"`
-	Entries          map[string]*Entry `json:"entries"`
+	Version          int   `json:"version"`
+	CoordinatorEpoch int32 `json:"coordinatorEpoch"`
+	// Seq is the journal sequence number of the slot's last record this document includes
+	// (journal.go); records with a higher seq are replayed on top of it. Files written before the
+	// journal existed have none and read as 0.
+	Seq     uint64            `json:"seq"`
+	Entries map[string]*Entry `json:"entries"`
 }
 
-// FileSystem is the seam the slot store writes through, so tests can inject failures and count
-// writes. The default is the OS file system with fsync.
+// FileSystem is the seam the slot store and the journal write through, so tests can inject
+// failures and count writes. The default is the OS file system with fsync / fdatasync.
 type FileSystem interface {
 	// WriteTemp creates (truncating) path, writes data and fsyncs it before closing.
 	WriteTemp(path string, data []byte) error
 	Rename(from, to string) error
-	// SyncDir fsyncs a directory so renames inside it survive a crash.
+	// SyncDir fsyncs a directory so creates, renames and unlinks inside it survive a crash.
 	SyncDir(dir string) error
+	// CreateJournal creates (truncating) a journal generation file for writing.
+	CreateJournal(path string) (JournalFile, error)
+	// Remove deletes a file (a journal generation every record of which is checkpointed).
+	Remove(path string) error
+}
+
+// JournalFile is an open journal generation (journal.go).
+type JournalFile interface {
+	WriteAt(b []byte, off int64) (int, error)
+	// Datasync makes the written data durable without the metadata a read does not need
+	// (fdatasync(2) on Linux, fsync elsewhere). Only used for writes into the pre-zeroed,
+	// fsync'd region, so the file size and block map never have to be committed by it.
+	Datasync() error
+	// Sync is a full fsync (size and allocation included).
+	Sync() error
+	Truncate(size int64) error
+	Close() error
 }
 
 // OSFileSystem is the production FileSystem.
 type OSFileSystem struct{}
+
+// CreateJournal implements FileSystem.
+func (OSFileSystem) CreateJournal(path string) (JournalFile, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return osJournalFile{f}, nil
+}
+
+// Remove implements FileSystem.
+func (OSFileSystem) Remove(path string) error { return os.Remove(path) }
+
+// osJournalFile is an *os.File with Datasync (journal_linux.go / journal_other.go).
+type osJournalFile struct{ *os.File }
+
+func (f osJournalFile) Datasync() error { return datasync(f.File) }
 
 // WriteTemp implements FileSystem.
 func (OSFileSystem) WriteTemp(path string, data []byte) error {
@@ -72,16 +110,17 @@ func (OSFileSystem) SyncDir(dir string) error { return storage.SyncDir(dir) }
 
 // encodeSlot appends the JSON document of a slot to buf (reset first). encoding/json sorts map
 // keys, so the same state always encodes to the same bytes.
-func encodeSlot(buf *bytes.Buffer, coordEpoch int32, entries map[string]*Entry) error {
+func encodeSlot(buf *bytes.Buffer, coordEpoch int32, seq uint64, entries map[string]*Entry) error {
 	buf.Reset()
 	enc := json.NewEncoder(buf)
-	return enc.Encode(slotDoc{Version: slotFileVersion, CoordinatorEpoch: coordEpoch, Entries: entries})
+	return enc.Encode(slotDoc{Version: slotFileVersion, CoordinatorEpoch: coordEpoch, Seq: seq, Entries: entries})
 }
 
 // loadedSlot is one slot read from disk.
 type loadedSlot struct {
 	exists           bool
 	coordinatorEpoch int32
+	seq              uint64
 	entries          map[string]*Entry
 }
 
@@ -122,23 +161,29 @@ func readSlot(dir string, slot int) (loadedSlot, error) {
 		doc.Entries = map[string]*Entry{}
 	}
 	for tid, e := range doc.Entries {
-		switch {
-		case e == nil:
-			err = fmt.Errorf("entry %q is null", tid)
-		case e.TransactionalID != tid:
-			err = fmt.Errorf("entry key %q holds transactionalId %q", tid, e.TransactionalID)
-		case SlotFor(tid) != slot:
-			err = fmt.Errorf("entry %q belongs to slot %d", tid, SlotFor(tid))
-		case e.State == PrepareEpochFence || e.State < Empty || e.State > Dead:
-			err = fmt.Errorf("entry %q has non-persistable state %s", tid, e.State)
-		case e.TxnVersion != 1 && e.TxnVersion != 2:
-			err = fmt.Errorf("entry %q has transaction version %d", tid, e.TxnVersion)
-		}
-		if err != nil {
+		if err := checkEntry(slot, tid, e); err != nil {
 			return loadedSlot{}, fmt.Errorf("cannot load transaction slot file %s: %w", path, err)
 		}
 	}
-	return loadedSlot{exists: true, coordinatorEpoch: doc.CoordinatorEpoch, entries: doc.Entries}, nil
+	return loadedSlot{exists: true, coordinatorEpoch: doc.CoordinatorEpoch, seq: doc.Seq, entries: doc.Entries}, nil
+}
+
+// checkEntry is the validation every persisted entry passes, in a slot file or a journal record,
+// on load and before it is written: a state we could not read back must never reach the disk.
+func checkEntry(slot int, tid string, e *Entry) error {
+	switch {
+	case e == nil:
+		return fmt.Errorf("entry %q is null", tid)
+	case e.TransactionalID != tid:
+		return fmt.Errorf("entry key %q holds transactionalId %q", tid, e.TransactionalID)
+	case SlotFor(tid) != slot:
+		return fmt.Errorf("entry %q belongs to slot %d", tid, SlotFor(tid))
+	case e.State == PrepareEpochFence || e.State < Empty || e.State > Dead:
+		return fmt.Errorf("entry %q has non-persistable state %s", tid, e.State)
+	case e.TxnVersion != 1 && e.TxnVersion != 2:
+		return fmt.Errorf("entry %q has transaction version %d", tid, e.TxnVersion)
+	}
+	return nil
 }
 
 // writeSlotFiles durably replaces the given slot files: every tmp file is written and fsynced

@@ -22,11 +22,25 @@ var (
 	openTxns          atomic.Int64 // Ongoing + Prepare* entries across running coordinators
 	oldestOpenStartMs atomic.Int64 // TxnStartMs of the oldest open transaction at the last reaper tick, 0 if none
 
-	slotWriteDuration = metrics.NewHistogram("kaas_txn_slot_write_duration_seconds")
-	slotWritesTotal   = metrics.NewCounter("kaas_txn_slot_writes_total")
-	endTxnDuration    = metrics.NewHistogram("kaas_txn_end_duration_seconds")
-	_                 = metrics.NewGauge("kaas_txn_open_transactions", func() float64 { return float64(openTxns.Load()) })
-	_                 = metrics.NewGauge("kaas_txn_oldest_open_age_seconds", func() float64 {
+	// Slot files are checkpoints now (checkpoint.go): one observation per checkpoint, covering
+	// every slot file it wrote (tmp writes and fsyncs in parallel, renames, one directory fsync).
+	slotWriteDuration     = metrics.NewHistogram("kaas_txn_slot_write_duration_seconds")
+	slotWritesTotal       = metrics.NewCounter("kaas_txn_slot_writes_total")
+	checkpointsTotal      = metrics.NewCounter("kaas_txn_checkpoints_total")
+	checkpointErrorsTotal = metrics.NewCounter("kaas_txn_checkpoint_errors_total")
+	// Journal (journal.go): one write and one sync per worker batch that changed anything.
+	journalWriteDuration    = metrics.NewHistogram("kaas_txn_journal_write_duration_seconds")
+	journalSyncDuration     = metrics.NewHistogram("kaas_txn_journal_sync_duration_seconds")
+	journalBatchRecords     = metrics.NewHistogram("kaas_txn_journal_batch_records")
+	journalBatchBytes       = metrics.NewHistogram("kaas_txn_journal_batch_bytes")
+	journalBytesTotal       = metrics.NewCounter("kaas_txn_journal_bytes_total")
+	journalErrorsTotal      = metrics.NewCounter("kaas_txn_journal_errors_total")
+	journalFullSyncsTotal   = metrics.NewCounter("kaas_txn_journal_full_syncs_total") // batch past the pre-zeroed region: fsync
+	journalRotationsTotal   = metrics.NewCounter("kaas_txn_journal_rotations_total")
+	journalTruncationsTotal = metrics.NewCounter("kaas_txn_journal_torn_tail_truncations_total")
+	endTxnDuration          = metrics.NewHistogram("kaas_txn_end_duration_seconds")
+	_                       = metrics.NewGauge("kaas_txn_open_transactions", func() float64 { return float64(openTxns.Load()) })
+	_                       = metrics.NewGauge("kaas_txn_oldest_open_age_seconds", func() float64 {
 		start := oldestOpenStartMs.Load()
 		if start == 0 {
 			return 0
@@ -62,10 +76,23 @@ func ErrorCode(err error) int16 {
 
 // Config configures a Coordinator.
 type Config struct {
-	// ClusterDir holds txn_state/slot-N.json.
+	// ClusterDir holds txn_state/slot-N.json and the journal generations.
 	ClusterDir string
-	// Workers is the number of worker goroutines (default 5). Worker w owns every slot with
-	// slot % Workers == w, and is the only writer of those slot files.
+	// BrokerID names this broker's journal files (journal-b<id>-w<worker>-<gen>.log), so a
+	// future owner of a slot can tell whose journal it replays (README.md, "Ownership").
+	BrokerID int32
+	// CheckpointBytes / CheckpointInterval: a worker checkpoints its changed slots into their
+	// slot files once its journal grew by this many bytes, or this long after the last
+	// checkpoint, whichever comes first (defaults 4 MiB, 5 s).
+	CheckpointBytes    int64
+	CheckpointInterval time.Duration
+	// Workers is the number of worker goroutines, each with its own journal (default 1). Worker
+	// w owns every slot with slot % Workers == w and is the only writer of those slots. One is
+	// the default because a batch costs one fdatasync whatever it holds, so a single journal
+	// makes the largest batches, and concurrent fdatasync streams on one disk mostly queue
+	// behind each other (2-core VM: 1 stream p50 0.14 ms, 5 streams p50 0.36 ms / p99 1.8 ms,
+	// while the partitions' fsyncs run too): at 64 transactional producers 1 worker gave about
+	// twice the commits/s of 5. Applying a batch in memory costs microseconds per op.
 	Workers int
 	// MaxTimeoutMs is transaction.max.timeout.ms (default 900000).
 	MaxTimeoutMs int32
@@ -86,7 +113,7 @@ type Config struct {
 	Logger   *zap.Logger
 	// Now is the clock (default time.Now); tests inject a fake.
 	Now func() time.Time
-	// FS is the slot-file writer (default OSFileSystem); tests inject failures.
+	// FS is the slot-file and journal writer (default OSFileSystem); tests inject failures.
 	FS FileSystem
 }
 
@@ -104,12 +131,18 @@ type Coordinator struct {
 	stopReaper chan struct{}
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
+	// gen is the last journal generation number handed out.
+	gen atomic.Uint64
+	// crashed makes Close skip the final checkpoint and leave the journal as a crash would
+	// (tests only).
+	crashed atomic.Bool
 }
 
 type slotState struct {
-	epoch   int32
+	epoch int32
+	// seq is the journal sequence number of the slot's last durable record.
+	seq     uint64
 	entries map[string]*Entry
-	buf     bytes.Buffer
 }
 
 // op is one queued operation. Exactly one of apply/sweep/list is set.
@@ -155,11 +188,27 @@ type worker struct {
 	results  []any
 	undo     []undoRec
 	undoSeen map[string]struct{}
-	dirty    [NumSlots]bool
-	failed   [NumSlots]error
+	failed   [NumSlots]error // an entry of the slot cannot be persisted (checkEntry)
+	batchErr error           // the journal append of the batch failed: every op fails
 	acts     []slotAction
 	open     int64
 	oldest   atomic.Int64
+
+	// Journal and checkpoints (checkpoint.go), owned by the worker goroutine.
+	cur, next *journal
+	retired   []string         // generations rotated out, deleted by the next complete checkpoint
+	unck      [NumSlots]bool   // slot changed since its last checkpoint snapshot
+	bseq      [NumSlots]uint64 // per-slot seq being assigned in the current batch (0: untouched)
+	recs      []pendingRec
+	jbuf      []byte
+	sinceCk   int64 // journal bytes since the last checkpoint
+	lastCk    time.Time
+	lastUsed  int64 // bytes the last retired generation took (sizes the next one)
+	ckBusy    bool
+	prepRetry time.Time
+	ckJobs    chan ckJob
+	ckRes     chan ckResult
+	ckExited  chan struct{}
 }
 
 // New validates the config. Call Start to load the slots and start the workers.
@@ -171,7 +220,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, errors.New("cannot create transaction coordinator: AllocPID is nil")
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 5
+		cfg.Workers = 1
 	}
 	if cfg.Workers > NumSlots {
 		cfg.Workers = NumSlots
@@ -194,10 +243,17 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.FS == nil {
 		cfg.FS = OSFileSystem{}
 	}
+	if cfg.CheckpointBytes <= 0 {
+		cfg.CheckpointBytes = 4 << 20
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = 5 * time.Second
+	}
 	c := &Coordinator{cfg: cfg, dir: filepath.Join(cfg.ClusterDir, StateDir), log: cfg.Logger, stopReaper: make(chan struct{})}
 	for i := 0; i < cfg.Workers; i++ {
 		c.workers = append(c.workers, &worker{c: c, id: i, wake: make(chan struct{}, 1), quit: make(chan struct{}),
-			exited: make(chan struct{}), slots: map[int]*slotState{}, undoSeen: map[string]struct{}{}})
+			exited: make(chan struct{}), slots: map[int]*slotState{}, undoSeen: map[string]struct{}{},
+			ckJobs: make(chan ckJob, 1), ckRes: make(chan ckResult, 1), ckExited: make(chan struct{})})
 	}
 	return c, nil
 }
@@ -207,19 +263,21 @@ func (c *Coordinator) Owns(tid string) bool { return c.cfg.OwnsSlot(SlotFor(tid)
 
 func (c *Coordinator) workerFor(slot int) *worker { return c.workers[slot%len(c.workers)] }
 
-// Start loads every owned slot file, bumps and persists each slot's coordinator epoch (markers
-// of this incarnation then outrank the previous one's), starts the workers and the reaper, and
-// returns the follow-up of every prepared transaction found (Fence to its current epoch +
-// Markers): the caller's reconcile pass writes them and submits Complete. A slot file that cannot
-// be read or parsed, or has an unknown version, stops the start with an error naming it.
+// Start loads every owned slot file, replays the journal on top of it (journal.go; README.md
+// "Recovery"), bumps and persists each slot's coordinator epoch (markers of this incarnation then
+// outrank the previous one's) in a checkpoint that also retires the replayed journal, starts the
+// workers and the reaper, and returns the follow-up of every prepared transaction found (Fence to
+// its current epoch + Markers): the caller's reconcile pass writes them and submits Complete. A
+// slot file or journal that cannot be read, or is damaged anywhere but in its torn tail, stops the
+// start with an error naming it.
 func (c *Coordinator) Start() ([]Action, error) {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create transaction state dir %s: %w", c.dir, err)
 	}
 	var (
 		acts      []Action
-		toWrite   []int
-		data      [][]byte
+		states    [NumSlots]*slotState
+		exists    [NumSlots]bool
 		openCount = make([]int64, len(c.workers))
 	)
 	for slot := 0; slot < NumSlots; slot++ {
@@ -230,7 +288,22 @@ func (c *Coordinator) Start() ([]Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		ss := &slotState{epoch: ls.coordinatorEpoch + 1, entries: ls.entries}
+		states[slot] = &slotState{epoch: ls.coordinatorEpoch, seq: ls.seq, entries: ls.entries}
+		exists[slot] = ls.exists
+	}
+	rep, err := c.replayJournals(&states)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		toWrite []int
+		data    [][]byte
+	)
+	for slot, ss := range states {
+		if ss == nil {
+			continue
+		}
+		ss.epoch++
 		for _, e := range ss.entries {
 			e.CoordinatorEpoch = ss.epoch
 			if e.State.IsOpen() {
@@ -245,11 +318,12 @@ func (c *Coordinator) Start() ([]Action, error) {
 				})
 			}
 		}
-		if ls.exists {
-			if err := encodeSlot(&ss.buf, ss.epoch, ss.entries); err != nil {
+		if exists[slot] || rep.touched[slot] {
+			var buf bytes.Buffer
+			if err := encodeSlot(&buf, ss.epoch, ss.seq, ss.entries); err != nil {
 				return nil, fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
 			}
-			toWrite, data = append(toWrite, slot), append(data, ss.buf.Bytes())
+			toWrite, data = append(toWrite, slot), append(data, buf.Bytes())
 		}
 		c.workerFor(slot).slots[slot] = ss
 	}
@@ -260,23 +334,60 @@ func (c *Coordinator) Start() ([]Action, error) {
 			}
 		}
 	}
+	// Every replayed record is in a slot file now: the replayed generations go, so this run
+	// starts with fresh ones (and a torn tail can only ever be in this run's newest generation).
+	c.retireReplayed(rep)
+	c.gen.Store(rep.maxGen)
+	if err := c.openJournals(); err != nil {
+		return nil, err
+	}
 	for i, w := range c.workers {
 		w.open = openCount[i]
 		openTxns.Add(openCount[i])
 	}
 	c.running.Store(true)
+	now := time.Now()
 	for _, w := range c.workers {
+		w.lastCk = now
+		go w.ckLoop()
 		go w.run()
 	}
 	c.wg.Add(1)
 	go c.reaperLoop()
 	c.log.Info("transaction coordinator started", zap.String("dir", c.dir), zap.Int("workers", len(c.workers)),
-		zap.Int("preparedTransactions", len(acts)))
+		zap.Int("preparedTransactions", len(acts)), zap.Int("journalRecordsReplayed", rep.records))
 	return acts, nil
 }
 
-// Close stops the reaper, lets every worker finish the operations already queued, and waits.
-// Operations submitted afterwards fail with ErrClosed.
+// openJournals creates every worker's first generation (in parallel: each is a small zeroed
+// file plus fsyncs).
+func (c *Coordinator) openJournals() error {
+	errs := make([]error, len(c.workers))
+	var wg sync.WaitGroup
+	for i, w := range c.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.cur, errs[i] = createJournal(c.cfg.FS, c.dir, journalID{broker: c.cfg.BrokerID, worker: w.id, gen: c.gen.Add(1)}, journalMinBytes)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, w := range c.workers {
+			if w.cur != nil {
+				_ = w.cur.f.Close()
+				w.cur = nil
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// Close stops the reaper, lets every worker finish the operations already queued, checkpoints
+// every changed slot and deletes the journal (a cleanly stopped coordinator leaves exactly the
+// slot files; if the checkpoint fails the journal stays and is replayed on the next start), and
+// waits. Operations submitted afterwards fail with ErrClosed.
 func (c *Coordinator) Close() {
 	c.closeOnce.Do(func() {
 		wasRunning := c.running.Swap(false)
@@ -288,6 +399,8 @@ func (c *Coordinator) Close() {
 			w.mu.Unlock()
 			close(w.quit)
 		}
+		// Each worker checkpoints and stops its checkpointer on its way out (worker.shutdown);
+		// workers that never started have neither.
 		if wasRunning {
 			for _, w := range c.workers {
 				<-w.exited
@@ -495,9 +608,15 @@ func (c *Coordinator) reaperLoop() {
 
 func (w *worker) run() {
 	defer close(w.exited)
+	// The tick only drives interval checkpoints and retries of a failed generation creation.
+	tick := time.NewTicker(min(max(w.c.cfg.CheckpointInterval/4, time.Millisecond), time.Second))
+	defer tick.Stop()
 	for {
 		select {
 		case <-w.wake:
+		case r := <-w.ckRes:
+			w.ckDone(r, time.Now())
+		case <-tick.C:
 		case <-w.quit:
 			// Drain what was queued before Close; nothing can be added any more.
 			for {
@@ -506,6 +625,7 @@ func (w *worker) run() {
 				w.queue = nil
 				w.mu.Unlock()
 				if len(batch) == 0 {
+					w.shutdown(!w.c.crashed.Load())
 					return
 				}
 				w.processAll(batch)
@@ -520,6 +640,7 @@ func (w *worker) run() {
 		}
 		clear(batch)
 		w.spare = batch[:0]
+		w.housekeeping(time.Now())
 	}
 }
 
@@ -540,8 +661,9 @@ func (w *worker) processAll(batch []*op) {
 }
 
 // process is the group commit: apply every op of the batch in order against the in-memory
-// state (later ops see earlier ops' effects), write each dirty slot once, roll back the slots
-// whose write failed, and only then run the callbacks.
+// state (later ops see earlier ops' effects), append one journal record per changed entry with
+// one write and one fdatasync, roll everything back if that failed, and only then run the
+// callbacks.
 func (w *worker) process(batch []*op) {
 	c := w.c
 	now := c.cfg.Now()
@@ -598,7 +720,7 @@ func (w *worker) process(batch []*op) {
 
 	// Coordinator-initiated follow-ups first, so a marker dispatch is under way before any
 	// client learns of the state it produced.
-	if c.cfg.OnAction != nil {
+	if c.cfg.OnAction != nil && w.batchErr == nil {
 		for _, sa := range w.acts {
 			if w.failed[sa.slot] == nil {
 				c.cfg.OnAction(sa.act)
@@ -618,6 +740,8 @@ func (w *worker) process(batch []*op) {
 			o.done(res, nil)
 		case res == ErrNotCoordinator:
 			o.done(nil, ErrNotCoordinator)
+		case w.batchErr != nil:
+			o.done(nil, w.batchErr)
 		case w.failed[o.slot] != nil:
 			o.done(nil, w.failed[o.slot])
 		default:
@@ -625,10 +749,11 @@ func (w *worker) process(batch []*op) {
 		}
 	}
 	clear(w.failed[:])
+	w.batchErr = nil
 }
 
-// set installs next for tid, remembering the pre-batch entry for rollback and marking the slot
-// dirty when a persisted field changed.
+// set installs next for tid, remembering the pre-batch entry for rollback (flush journals the
+// entries whose persisted fields differ from it).
 func (w *worker) set(slot int, ss *slotState, tid string, cur, next *Entry) {
 	if next == cur {
 		return
@@ -641,9 +766,6 @@ func (w *worker) set(slot int, ss *slotState, tid string, cur, next *Entry) {
 		next.CoordinatorEpoch = ss.epoch
 	}
 	w.install(ss, tid, cur, next)
-	if !persistedEqual(cur, next) {
-		w.dirty[slot] = true
-	}
 }
 
 func (w *worker) install(ss *slotState, tid string, cur, next *Entry) {
@@ -665,39 +787,54 @@ func (w *worker) install(ss *slotState, tid string, cur, next *Entry) {
 	}
 }
 
-// flush writes every dirty slot once (tmp + fsync in parallel, renames, one directory fsync) and
-// rolls back the in-memory state of each slot whose write failed to what is on disk.
+// flush makes the batch durable: one journal record per entry whose persisted fields changed
+// (the full entry, or its deletion), appended with one write and one fdatasync. If that fails,
+// every change of the batch is rolled back to what is durable and every op gets the error. An
+// entry that must never reach the disk (checkEntry) fails and rolls back its slot only.
 func (w *worker) flush() {
-	var slots []int
-	var data [][]byte
-	for slot := range w.dirty {
-		if !w.dirty[slot] {
+	recs := w.recs[:0]
+	for _, u := range w.undo {
+		cur := w.slots[u.slot].entries[u.tid]
+		if persistedEqual(u.prev, cur) {
 			continue
 		}
-		w.dirty[slot] = false
-		ss := w.slots[slot]
-		if err := encodeSlot(&ss.buf, ss.epoch, ss.entries); err != nil {
-			w.failed[slot] = fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
-			continue
-		}
-		slots, data = append(slots, slot), append(data, ss.buf.Bytes())
-	}
-	if len(slots) > 0 {
-		start := time.Now()
-		errs := writeSlotFiles(w.c.cfg.FS, w.c.dir, slots, data)
-		took := time.Since(start).Seconds()
-		for i, slot := range slots {
-			slotWritesTotal.Inc()
-			slotWriteDuration.Update(took)
-			if errs[i] != nil {
-				w.failed[slot] = errs[i]
+		if cur != nil {
+			if err := checkEntry(u.slot, u.tid, cur); err != nil {
+				w.failed[u.slot] = fmt.Errorf("cannot persist transaction slot %d: %w", u.slot, err)
+				continue
 			}
 		}
+		recs = append(recs, pendingRec{slot: u.slot, tid: u.tid, entry: cur})
 	}
+	n := 0
+	for _, r := range recs {
+		if w.failed[r.slot] == nil {
+			recs[n] = r
+			n++
+		}
+	}
+	clear(recs[n:])
+	recs = recs[:n]
+	if len(recs) > 0 {
+		if err := w.appendBatch(recs); err != nil {
+			w.batchErr = err
+		} else {
+			for _, r := range recs {
+				w.slots[r.slot].seq = r.seq
+				w.unck[r.slot] = true
+			}
+		}
+		for _, r := range recs {
+			w.bseq[r.slot] = 0
+		}
+	}
+	clear(recs)
+	w.recs = recs[:0]
+
 	rolledBack := false
 	for i := len(w.undo) - 1; i >= 0; i-- {
 		u := w.undo[i]
-		if w.failed[u.slot] == nil {
+		if w.batchErr == nil && w.failed[u.slot] == nil {
 			continue
 		}
 		ss := w.slots[u.slot]
@@ -705,9 +842,12 @@ func (w *worker) flush() {
 		rolledBack = true
 	}
 	if rolledBack {
+		if w.batchErr != nil {
+			w.c.log.Error("transaction journal write failed; batch rolled back to the durable state", zap.Error(w.batchErr))
+		}
 		for slot, err := range w.failed {
 			if err != nil {
-				w.c.log.Error("transaction slot write failed; rolled back to the state on disk",
+				w.c.log.Error("transaction slot change cannot be persisted; rolled back to the durable state",
 					zap.Int("slot", slot), zap.Error(err))
 			}
 		}

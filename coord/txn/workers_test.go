@@ -56,7 +56,8 @@ type atomicAlloc struct{ n atomic.Int64 }
 func (a *atomicAlloc) alloc() (int64, error) { return a.n.Add(1) + 1000, nil }
 
 // countingFS wraps the OS file system, counts writes per slot file, records the maximum number
-// of concurrent writers of any one file, and can inject failures.
+// of concurrent writers of any one file, counts journal appends and syncs, and can inject
+// failures into slot writes, journal operations, renames and removes.
 type countingFS struct {
 	OSFileSystem
 	mu          sync.Mutex
@@ -64,6 +65,111 @@ type countingFS struct {
 	inflight    map[string]int
 	maxInflight int
 	failWrite   func(path string) error
+	// failJournal is asked before every write, datasync and sync on a journal generation that
+	// is in use (after its creation fsync); op is "write", "datasync" or "sync".
+	failJournal func(op string) error
+	failRemove  func(path string) error
+	onRename    func(from, to string)
+	jwrites     int
+	jsyncs      int
+}
+
+func (f *countingFS) CreateJournal(path string) (JournalFile, error) {
+	jf, err := f.OSFileSystem.CreateJournal(path)
+	if err != nil {
+		return nil, err
+	}
+	return &countingJournal{JournalFile: jf, fs: f}, nil
+}
+
+func (f *countingFS) Remove(path string) error {
+	f.mu.Lock()
+	fail := f.failRemove
+	f.mu.Unlock()
+	if fail != nil {
+		if err := fail(path); err != nil {
+			return err
+		}
+	}
+	return f.OSFileSystem.Remove(path)
+}
+
+func (f *countingFS) Rename(from, to string) error {
+	err := f.OSFileSystem.Rename(from, to)
+	f.mu.Lock()
+	hook := f.onRename
+	f.mu.Unlock()
+	if err == nil && hook != nil {
+		hook(from, to)
+	}
+	return err
+}
+
+func (f *countingFS) setFailJournal(fn func(op string) error) {
+	f.mu.Lock()
+	f.failJournal = fn
+	f.mu.Unlock()
+}
+
+// journalSyncs is the number of successful journal batch syncs so far.
+func (f *countingFS) journalSyncs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.jsyncs
+}
+
+type countingJournal struct {
+	JournalFile
+	fs    *countingFS
+	inUse bool // the creation fsync happened: later writes are batches or repairs
+}
+
+func (j *countingJournal) hook(op string) error {
+	if !j.inUse {
+		return nil
+	}
+	j.fs.mu.Lock()
+	fail := j.fs.failJournal
+	j.fs.mu.Unlock()
+	if fail != nil {
+		return fail(op)
+	}
+	return nil
+}
+
+func (j *countingJournal) WriteAt(b []byte, off int64) (int, error) {
+	if err := j.hook("write"); err != nil {
+		return 0, err
+	}
+	n, err := j.JournalFile.WriteAt(b, off)
+	if err == nil && j.inUse {
+		j.fs.mu.Lock()
+		j.fs.jwrites++
+		j.fs.mu.Unlock()
+	}
+	return n, err
+}
+
+func (j *countingJournal) Datasync() error {
+	if err := j.hook("datasync"); err != nil {
+		return err
+	}
+	err := j.JournalFile.Datasync()
+	if err == nil {
+		j.fs.mu.Lock()
+		j.fs.jsyncs++
+		j.fs.mu.Unlock()
+	}
+	return err
+}
+
+func (j *countingJournal) Sync() error {
+	if err := j.hook("sync"); err != nil {
+		return err
+	}
+	err := j.JournalFile.Sync()
+	j.inUse = true
+	return err
 }
 
 func newCountingFS() *countingFS {
@@ -328,10 +434,15 @@ func TestSlotFileCorruption(t *testing.T) {
 // worker pool
 
 // TestSingleWriterAndGroupCommit drives many producers through full transactions concurrently
-// (under -race) and checks that no slot file ever had two writers at once and that batches
-// coalesced (fewer slot writes than state-changing operations).
+// (under -race), with checkpoints running all the time, and checks that no slot file ever had
+// two writers at once and that batches coalesced (fewer journal syncs than state-changing
+// operations).
 func TestSingleWriterAndGroupCommit(t *testing.T) {
-	tc, _ := startCoord(t, t.TempDir(), nil)
+	tc, _ := startCoord(t, t.TempDir(), func(c *Config) {
+		c.Workers = 5
+		c.CheckpointBytes = 2 << 10
+		c.CheckpointInterval = time.Millisecond
+	})
 	const producers, cycles = 64, 8
 	var ops atomic.Int64
 	var wg sync.WaitGroup
@@ -383,14 +494,18 @@ func TestSingleWriterAndGroupCommit(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	writes := tc.fs.total()
-	if tc.fs.maxInflight != 1 {
-		t.Fatalf("a slot file had %d concurrent writers", tc.fs.maxInflight)
+	syncs := tc.fs.journalSyncs()
+	waitFor(t, "a checkpoint", func() bool { return tc.fs.total() > 0 })
+	tc.fs.mu.Lock()
+	maxInflight := tc.fs.maxInflight
+	tc.fs.mu.Unlock()
+	if maxInflight != 1 {
+		t.Fatalf("a slot file had %d concurrent writers", maxInflight)
 	}
-	if int64(writes) >= ops.Load() {
-		t.Fatalf("no group commit: %d slot writes for %d state changes", writes, ops.Load())
+	if int64(syncs) >= ops.Load() {
+		t.Fatalf("no group commit: %d journal syncs for %d state changes", syncs, ops.Load())
 	}
-	t.Logf("%d state changes, %d slot writes", ops.Load(), writes)
+	t.Logf("%d state changes, %d journal syncs, %d checkpoint slot writes", ops.Load(), syncs, tc.fs.total())
 	for i := 0; i < producers; i++ {
 		if d := tc.describe(t, fmt.Sprintf("p-%d", i)); d.State != "CompleteCommit" || d.ProducerEpoch != cycles {
 			t.Fatalf("p-%d: %+v", i, d)
@@ -398,17 +513,21 @@ func TestSingleWriterAndGroupCommit(t *testing.T) {
 	}
 }
 
-// TestBatchWritesEachSlotOnce checks the group commit deterministically: ops queued while the
-// worker is busy form one batch; later ops see earlier ops' effects; each dirty slot is written
-// once; callbacks run only after the write.
-func TestBatchWritesEachSlotOnce(t *testing.T) {
+// TestBatchIsOneJournalSync checks the group commit deterministically: ops queued while the
+// worker is busy form one batch; later ops see earlier ops' effects; the batch is one journal
+// write and one sync whatever the number of changes; callbacks run only after the sync; no slot
+// file is written on the way.
+func TestBatchIsOneJournalSync(t *testing.T) {
 	tc, _ := startCoord(t, t.TempDir(), func(c *Config) { c.Workers = 1 })
 	ids := sameSlotIDs("same-", 10)
 	pids := map[string]int64{}
 	for _, id := range ids {
 		pids[id] = tc.init(t, id, 60_000).ProducerID
 	}
-	before := tc.fs.total()
+	before, slotWrites := tc.fs.journalSyncs(), tc.fs.total()
+	tc.fs.mu.Lock()
+	writesBefore := tc.fs.jwrites
+	tc.fs.mu.Unlock()
 	release := tc.block(ids[0])
 	var wg sync.WaitGroup
 	var got sync.Map
@@ -426,15 +545,21 @@ func TestBatchWritesEachSlotOnce(t *testing.T) {
 			func(r VerifyResult, err error) {
 				defer wg.Done()
 				got.Store(id, r)
-				if _, statErr := os.Stat(filepath.Join(tc.dir, StateDir, SlotFileName(SlotFor(id)))); statErr != nil {
-					t.Errorf("callback before the slot write: %v", statErr)
+				if tc.fs.journalSyncs() == before {
+					t.Errorf("callback before the journal sync")
 				}
 			})
 	}
 	release()
 	wg.Wait()
-	if w := tc.fs.total() - before; w != 1 {
-		t.Fatalf("%d slot writes for one batch on one slot, want 1", w)
+	tc.fs.mu.Lock()
+	writes := tc.fs.jwrites - writesBefore
+	tc.fs.mu.Unlock()
+	if n := tc.fs.journalSyncs() - before; n != 1 || writes != 1 {
+		t.Fatalf("%d journal syncs and %d writes for one batch of %d changes, want 1 and 1", n, writes, len(ids))
+	}
+	if tc.fs.total() != slotWrites {
+		t.Fatalf("slot files written on the commit path")
 	}
 	for _, id := range ids {
 		r, _ := got.Load(id)
@@ -444,68 +569,103 @@ func TestBatchWritesEachSlotOnce(t *testing.T) {
 	}
 }
 
+// TestWriteFailureRollsBack: a failed journal write or sync fails every op of the batch (on every
+// slot) with an error that maps to COORDINATOR_NOT_AVAILABLE, rolls the in-memory state back to
+// what is durable, and later batches work again. A failed repair keeps failing batches.
 func TestWriteFailureRollsBack(t *testing.T) {
-	tc, _ := startCoord(t, t.TempDir(), func(c *Config) { c.Workers = 1 })
-	ids := sameSlotIDs("rb-", 2)
-	a, b := ids[0], ids[1]
-	pa, pb := tc.init(t, a, 60_000).ProducerID, tc.init(t, b, 60_000).ProducerID
-	if _, err := call(t, func(d func(AddPartitionsResult, error)) {
-		tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 0), Version: 3}, d)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	otherSlot := "o"
-	for SlotFor(otherSlot) == SlotFor(a) {
-		otherSlot += "o"
-	}
-	po := tc.init(t, otherSlot, 60_000).ProducerID
+	for _, failOp := range []string{"write", "datasync"} {
+		t.Run(failOp, func(t *testing.T) {
+			dir := t.TempDir()
+			tc, _ := startCoord(t, dir, func(c *Config) { c.Workers = 1 })
+			ids := sameSlotIDs("rb-", 2)
+			a, b := ids[0], ids[1]
+			pa, pb := tc.init(t, a, 60_000).ProducerID, tc.init(t, b, 60_000).ProducerID
+			if _, err := call(t, func(d func(AddPartitionsResult, error)) {
+				tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 0), Version: 3}, d)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			otherSlot := "o"
+			for SlotFor(otherSlot) == SlotFor(a) {
+				otherSlot += "o"
+			}
+			po := tc.init(t, otherSlot, 60_000).ProducerID
 
-	injected := errors.New("disk on fire")
-	bad := SlotFileName(SlotFor(a))
-	tc.fs.setFail(func(path string) error {
-		if strings.HasSuffix(path, string(filepath.Separator)+bad+".tmp") {
-			return injected
-		}
-		return nil
-	})
-	release := tc.block(a)
-	var wg sync.WaitGroup
-	wg.Add(4)
-	var addErr, verErr, endErr, otherErr error
-	tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9), Version: 3},
-		func(_ AddPartitionsResult, err error) { addErr = err; wg.Done() })
-	tc.Verify(VerifyParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9)},
-		func(_ VerifyResult, err error) { verErr = err; wg.Done() })
-	tc.EndTxn(EndTxnParams{TransactionalID: b, ProducerID: pb, ProducerEpoch: 0, Commit: false, Version: 5},
-		func(_ EndTxnResult, err error) { endErr = err; wg.Done() })
-	tc.AddPartitions(AddPartitionsParams{TransactionalID: otherSlot, ProducerID: po, ProducerEpoch: 0, Partitions: tps("t", 1), Version: 3},
-		func(_ AddPartitionsResult, err error) { otherErr = err; wg.Done() })
-	release()
-	wg.Wait()
-	for name, err := range map[string]error{"add": addErr, "verify": verErr, "end": endErr} {
-		if !errors.Is(err, injected) || ErrorCode(err) != codec.CodeCoordinatorNotAvailable {
-			t.Fatalf("%s on the failed slot: %v", name, err)
-		}
-	}
-	if otherErr != nil {
-		t.Fatalf("op on another slot failed: %v", otherErr)
-	}
-	// In memory is back to what is on disk.
-	if d := tc.describe(t, a); d.State != "Ongoing" || len(d.Topics) != 1 || !slices.Equal(d.Topics[0].Partitions, []int32{0}) {
-		t.Fatalf("a not rolled back: %+v", d)
-	}
-	if d := tc.describe(t, b); d.State != "Empty" || d.ProducerEpoch != 0 {
-		t.Fatalf("b not rolled back: %+v", d)
-	}
-	tc.fs.setFail(nil)
-	r, err := call(t, func(d func(AddPartitionsResult, error)) {
-		tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9), Version: 3}, d)
-	})
-	if err != nil || r.Code != 0 {
-		t.Fatalf("retry after heal: %+v %v", r, err)
-	}
-	if d := tc.describe(t, a); !slices.Equal(d.Topics[0].Partitions, []int32{0, 9}) {
-		t.Fatalf("after heal: %+v", d)
+			injected := errors.New("disk on fire")
+			var failRepair atomic.Bool
+			tc.fs.setFailJournal(func(op string) error {
+				if op == failOp || (failRepair.Load() && op == "sync") {
+					return injected
+				}
+				return nil
+			})
+			failRepair.Store(true)
+			batch := func() (addErr, verErr, endErr, otherErr error) {
+				release := tc.block(a)
+				var wg sync.WaitGroup
+				wg.Add(4)
+				tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9), Version: 3},
+					func(_ AddPartitionsResult, err error) { addErr = err; wg.Done() })
+				tc.Verify(VerifyParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9)},
+					func(_ VerifyResult, err error) { verErr = err; wg.Done() })
+				tc.EndTxn(EndTxnParams{TransactionalID: b, ProducerID: pb, ProducerEpoch: 0, Commit: false, Version: 5},
+					func(_ EndTxnResult, err error) { endErr = err; wg.Done() })
+				tc.AddPartitions(AddPartitionsParams{TransactionalID: otherSlot, ProducerID: po, ProducerEpoch: 0, Partitions: tps("t", 1), Version: 3},
+					func(_ AddPartitionsResult, err error) { otherErr = err; wg.Done() })
+				release()
+				wg.Wait()
+				return
+			}
+			checkRolledBack := func(stage string) {
+				t.Helper()
+				if d := tc.describe(t, a); d.State != "Ongoing" || len(d.Topics) != 1 || !slices.Equal(d.Topics[0].Partitions, []int32{0}) {
+					t.Fatalf("%s: a not rolled back: %+v", stage, d)
+				}
+				if d := tc.describe(t, b); d.State != "Empty" || d.ProducerEpoch != 0 {
+					t.Fatalf("%s: b not rolled back: %+v", stage, d)
+				}
+				if d := tc.describe(t, otherSlot); d.State != "Empty" {
+					t.Fatalf("%s: other slot not rolled back: %+v", stage, d)
+				}
+			}
+			// The write (or sync) fails and so does the repair: the whole batch fails.
+			addErr, verErr, endErr, otherErr := batch()
+			for name, err := range map[string]error{"add": addErr, "verify": verErr, "end": endErr, "other slot": otherErr} {
+				if !errors.Is(err, injected) || ErrorCode(err) != codec.CodeCoordinatorNotAvailable {
+					t.Fatalf("%s in the failed batch: %v", name, err)
+				}
+			}
+			checkRolledBack("after failure")
+			// The device heals for the repair only: the first batch after it repairs, then fails
+			// again on the injected op.
+			failRepair.Store(false)
+			if addErr, _, _, _ := batch(); !errors.Is(addErr, injected) {
+				t.Fatalf("second failing batch: %v", addErr)
+			}
+			checkRolledBack("after second failure")
+			tc.fs.setFailJournal(nil)
+			r, err := call(t, func(d func(AddPartitionsResult, error)) {
+				tc.AddPartitions(AddPartitionsParams{TransactionalID: a, ProducerID: pa, ProducerEpoch: 0, Partitions: tps("t", 9), Version: 3}, d)
+			})
+			if err != nil || r.Code != 0 {
+				t.Fatalf("retry after heal: %+v %v", r, err)
+			}
+			if d := tc.describe(t, a); !slices.Equal(d.Topics[0].Partitions, []int32{0, 9}) {
+				t.Fatalf("after heal: %+v", d)
+			}
+			// Nothing of the failed batches comes back after a crash: the repair zeroed them.
+			tc.Coordinator.crash()
+			tc2, _ := startCoord(t, dir, func(c *Config) { c.Workers = 1 })
+			if d := tc2.describe(t, a); d.State != "Ongoing" || !slices.Equal(d.Topics[0].Partitions, []int32{0, 9}) {
+				t.Fatalf("a after restart: %+v", d)
+			}
+			if d := tc2.describe(t, b); d.State != "Empty" || d.ProducerEpoch != 0 {
+				t.Fatalf("b after restart: %+v", d)
+			}
+			if d := tc2.describe(t, otherSlot); d.State != "Empty" {
+				t.Fatalf("other slot after restart: %+v", d)
+			}
+		})
 	}
 }
 
@@ -714,4 +874,11 @@ func TestOwnershipClosedAndList(t *testing.T) {
 	if !errors.Is(err, ErrClosed) || ErrorCode(err) != codec.CodeCoordinatorNotAvailable {
 		t.Fatalf("after close: %v", err)
 	}
+}
+
+// crash stops the coordinator the way kill -9 would leave its files: no final checkpoint, the
+// journal stays as written (the page cache survives, as it does when only the process dies).
+func (c *Coordinator) crash() {
+	c.crashed.Store(true)
+	c.Close()
 }

@@ -10,9 +10,9 @@ import (
 )
 
 // BenchmarkTxnCycle measures full coordinator transactions per second: AddPartitions, EndTxn
-// (commit) and Complete, i.e. three durable slot changes per transaction, with N producers on
-// distinct transactional ids running concurrently against a real directory (real fsync). One
-// b.N iteration is one transaction; txns/s is reported.
+// (commit) and Complete, i.e. three durable changes (journal records) per transaction, with N
+// producers on distinct transactional ids running concurrently against a real directory (real
+// fdatasync). One b.N iteration is one transaction; txns/s is reported.
 func BenchmarkTxnCycle(b *testing.B) {
 	for _, tv := range []struct {
 		name    string
@@ -26,8 +26,66 @@ func BenchmarkTxnCycle(b *testing.B) {
 	}
 }
 
-func benchCycle(b *testing.B, ids int, version int16) {
-	dir := os.Getenv("KAAS_TXN_BENCH_DIR") // point at the disk you want to measure
+// BenchmarkGroupCommit measures the worker's group-commit path alone: N submitters, each on its
+// own transactional id, each submitting one persisted change (LastUpdateMs bumped) and waiting for
+// its callback before the next, so every op pays for one durable batch and concurrent submitters
+// share batches. One b.N iteration is one durable change; ops/s is reported.
+func BenchmarkGroupCommit(b *testing.B) {
+	for _, n := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("submitters=%d", n), func(b *testing.B) {
+			c := benchCoordinator(b)
+			tids := make([]string, n)
+			for i := range tids {
+				tids[i] = fmt.Sprintf("gc-%d", i)
+				r, err := call(b, func(d func(InitProducerIDResult, error)) {
+					c.InitProducerID(InitProducerIDParams{TransactionalID: tids[i], TimeoutMs: 60_000, ProducerID: -1, ProducerEpoch: -1, Version: 4}, d)
+				})
+				if err != nil || r.Code != 0 {
+					b.Fatal(r, err)
+				}
+			}
+			bump := func(e *Entry, _ time.Time) (*Entry, any) {
+				next := e.clone()
+				next.LastUpdateMs++
+				return next, nil
+			}
+			work := make(chan struct{}, b.N)
+			for i := 0; i < b.N; i++ {
+				work <- struct{}{}
+			}
+			close(work)
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for _, tid := range tids {
+				wg.Add(1)
+				go func(tid string) {
+					defer wg.Done()
+					step := make(chan struct{}, 1)
+					for range work {
+						c.Submit(tid, bump, func(_ any, err error) {
+							if err != nil {
+								b.Errorf("submit: %v", err)
+							}
+							step <- struct{}{}
+						})
+						<-step
+					}
+				}(tid)
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+		})
+	}
+}
+
+// benchCoordinator starts a coordinator for a benchmark. KAAS_TXN_BENCH_DIR points it at the
+// disk to measure, KAAS_TXN_BENCH_WORKERS sets the worker count, KAAS_TXN_BENCH_NOFSYNC removes
+// every fsync (CPU-side ceiling).
+func benchCoordinator(b *testing.B) *Coordinator {
+	dir := os.Getenv("KAAS_TXN_BENCH_DIR")
 	if dir == "" {
 		dir = b.TempDir()
 	} else {
@@ -44,7 +102,6 @@ func benchCycle(b *testing.B, ids int, version int16) {
 	}
 	cfg := Config{ClusterDir: dir, AllocPID: alloc.alloc, ReaperInterval: time.Hour, Workers: workers}
 	if os.Getenv("KAAS_TXN_BENCH_NOFSYNC") != "" {
-		// CPU-side ceiling: same files and renames, no fsync.
 		cfg.FS = noSyncFS{}
 	}
 	c, err := New(cfg)
@@ -54,7 +111,12 @@ func benchCycle(b *testing.B, ids int, version int16) {
 	if _, err := c.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(c.Close)
+	return c
+}
+
+func benchCycle(b *testing.B, ids int, version int16) {
+	c := benchCoordinator(b)
 
 	type producer struct {
 		tid   string
@@ -134,3 +196,15 @@ type noSyncFS struct{ OSFileSystem }
 
 func (noSyncFS) WriteTemp(path string, data []byte) error { return os.WriteFile(path, data, 0o644) }
 func (noSyncFS) SyncDir(string) error                     { return nil }
+func (noSyncFS) CreateJournal(path string) (JournalFile, error) {
+	jf, err := OSFileSystem{}.CreateJournal(path)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncJournal{jf}, nil
+}
+
+type noSyncJournal struct{ JournalFile }
+
+func (noSyncJournal) Datasync() error { return nil }
+func (noSyncJournal) Sync() error     { return nil }

@@ -1,0 +1,644 @@
+package txn
+
+// Write-ahead journal: the durability path of every worker batch. The format and the recovery
+// rules are documented in README.md ("Journal"); this file holds the encoding, the scan that
+// classifies a generation file on load, and the active generation a worker appends to.
+//
+// Why: a batch used to rewrite every slot file it touched (tmp write + fsync per slot, renames,
+// a directory fsync), so the cost of a batch grew with the number of slots in it and each write
+// created and renamed files (inode and directory metadata through the file system journal). Now a
+// batch is one write(2) of its records and one fdatasync(2) into blocks that were zeroed and
+// fsync'd ahead of time, whatever the number of slots; the slot files become checkpoints written
+// off the critical path (checkpoint.go).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+const (
+	journalMagic      = "KTXJ"
+	journalVersion    = 1
+	journalHeaderSize = 32
+	journalFrameHdr   = 8 // len u32 | crc32c(payload) u32
+	// journalMaxRecord bounds one record (an entry with a huge partition list); larger lengths are
+	// damage, not data.
+	journalMaxRecord = 16 << 20
+	// journalMinBytes is the smallest pre-zeroed generation; generations grow (up to twice the
+	// checkpoint size) with the bytes the previous one took, so an idle coordinator costs little
+	// disk and a busy one rotates rarely.
+	journalMinBytes = 256 << 10
+
+	recPut    = 'P'
+	recDelete = 'D'
+	recLast   = 1 << 0 // flags: last record of its batch
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// zeroChunk is shared read-only by every generation being pre-zeroed.
+var zeroChunk = make([]byte, 256<<10)
+
+// journalID names one generation file: the broker that wrote it, the worker, the generation.
+// Generation numbers come from one counter per coordinator, so they increase in time across
+// workers, and a new run starts above every number found on disk.
+type journalID struct {
+	broker int32
+	worker int
+	gen    uint64
+}
+
+// journalName is journal-b<broker>-w<worker>-<gen, 20 digits>.log.
+func journalName(id journalID) string {
+	return fmt.Sprintf("journal-b%d-w%d-%020d.log", id.broker, id.worker, id.gen)
+}
+
+// parseJournalName is the inverse of journalName (false for any other file name).
+func parseJournalName(name string) (journalID, bool) {
+	rest, ok := strings.CutPrefix(name, "journal-b")
+	if !ok {
+		return journalID{}, false
+	}
+	if rest, ok = strings.CutSuffix(rest, ".log"); !ok {
+		return journalID{}, false
+	}
+	parts := strings.Split(rest, "-")
+	if len(parts) != 3 || !strings.HasPrefix(parts[1], "w") || len(parts[2]) != 20 {
+		return journalID{}, false
+	}
+	b, err1 := strconv.ParseInt(parts[0], 10, 32)
+	w, err2 := strconv.ParseUint(parts[1][1:], 10, 16)
+	g, err3 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || b < 0 {
+		return journalID{}, false
+	}
+	id := journalID{broker: int32(b), worker: int(w), gen: g}
+	if journalName(id) != name {
+		return journalID{}, false // non-canonical spelling (signs, leading zeros)
+	}
+	return id, true
+}
+
+// appendJournalHeader: magic "KTXJ" | version u8 | 3 zero bytes | broker i32 | worker u32 |
+// gen u64 | 4 zero bytes | crc32c(bytes 0..27) u32, big-endian like the Kafka wire format.
+func appendJournalHeader(b []byte, id journalID) []byte {
+	var h [journalHeaderSize]byte
+	copy(h[:], journalMagic)
+	h[4] = journalVersion
+	binary.BigEndian.PutUint32(h[8:], uint32(id.broker))
+	binary.BigEndian.PutUint32(h[12:], uint32(id.worker))
+	binary.BigEndian.PutUint64(h[16:], id.gen)
+	binary.BigEndian.PutUint32(h[28:], crc32.Checksum(h[:28], castagnoli))
+	return append(b, h[:]...)
+}
+
+func parseJournalHeader(b []byte) (journalID, error) {
+	if len(b) < journalHeaderSize {
+		return journalID{}, errors.New("file shorter than the journal header")
+	}
+	h := b[:journalHeaderSize]
+	if string(h[:4]) != journalMagic {
+		return journalID{}, errors.New("not a transaction journal (bad magic)")
+	}
+	if crc32.Checksum(h[:28], castagnoli) != binary.BigEndian.Uint32(h[28:]) {
+		return journalID{}, errors.New("journal header checksum mismatch")
+	}
+	if h[4] != journalVersion {
+		return journalID{}, fmt.Errorf("unsupported journal version %d (want %d)", h[4], journalVersion)
+	}
+	return journalID{broker: int32(binary.BigEndian.Uint32(h[8:])), worker: int(binary.BigEndian.Uint32(h[12:])),
+		gen: binary.BigEndian.Uint64(h[16:])}, nil
+}
+
+// journalRec is one record: the full persisted state of one transactional.id after a batch
+// (entry), or its removal (entry nil).
+type journalRec struct {
+	batch uint64 // batch number within the generation, from 1
+	last  bool   // last record of its batch: the batch is complete (atomic on replay)
+	slot  int
+	seq   uint64 // per slot, +1 per record, continuing across generations and restarts
+	epoch int32  // the slot's coordinator epoch when written
+	tid   string
+	entry *Entry
+}
+
+// appendRecord appends one frame: len u32 | crc32c(payload) u32 | payload, where payload is
+//
+//	type u8 ('P' put, 'D' delete) | flags u8 (bit 0: last of batch) | batch uvarint |
+//	slot uvarint | seq uvarint | epoch varint | tid str | entry (put only)
+//
+// and str is uvarint length + bytes (see README.md for the entry layout).
+func appendRecord(b []byte, r *journalRec) []byte {
+	start := len(b)
+	b = append(b, make([]byte, journalFrameHdr)...)
+	typ := byte(recPut)
+	if r.entry == nil {
+		typ = recDelete
+	}
+	var flags byte
+	if r.last {
+		flags |= recLast
+	}
+	b = append(b, typ, flags)
+	b = binary.AppendUvarint(b, r.batch)
+	b = binary.AppendUvarint(b, uint64(r.slot))
+	b = binary.AppendUvarint(b, r.seq)
+	b = binary.AppendVarint(b, int64(r.epoch))
+	b = appendStr(b, r.tid)
+	if r.entry != nil {
+		b = appendEntry(b, r.entry)
+	}
+	payload := b[start+journalFrameHdr:]
+	binary.BigEndian.PutUint32(b[start:], uint32(len(payload)))
+	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
+	return b
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// stateCode pins the on-disk number of every persistable state, so the in-memory enum can be
+// reordered without changing what a journal means (the slot files store names for the same
+// reason).
+func stateCode(s State) byte {
+	switch s {
+	case Empty:
+		return 0
+	case Ongoing:
+		return 1
+	case PrepareCommit:
+		return 2
+	case PrepareAbort:
+		return 3
+	case CompleteCommit:
+		return 4
+	case CompleteAbort:
+		return 5
+	case Dead:
+		return 7
+	}
+	panic("BUG: journaling non-persistable transaction state " + s.String())
+}
+
+func stateFromCode(c byte) (State, bool) {
+	switch c {
+	case 0:
+		return Empty, true
+	case 1:
+		return Ongoing, true
+	case 2:
+		return PrepareCommit, true
+	case 3:
+		return PrepareAbort, true
+	case 4:
+		return CompleteCommit, true
+	case 5:
+		return CompleteAbort, true
+	case 7:
+		return Dead, true
+	}
+	return 0, false
+}
+
+// appendEntry: producerId, producerEpoch, lastProducerId, lastProducerEpoch, nextProducerId
+// (varints) | state u8 | timeoutMs, txnStartMs, lastUpdateMs (varints) | txnVersion u8 |
+// coordinatorEpoch varint | topics uvarint × (topic str, n uvarint, n × partition varint) |
+// groups uvarint × group str. Topics are written sorted, partitions and groups are kept sorted.
+func appendEntry(b []byte, e *Entry) []byte {
+	b = binary.AppendVarint(b, e.ProducerID)
+	b = binary.AppendVarint(b, int64(e.ProducerEpoch))
+	b = binary.AppendVarint(b, e.LastProducerID)
+	b = binary.AppendVarint(b, int64(e.LastProducerEpoch))
+	b = binary.AppendVarint(b, e.NextProducerID)
+	b = append(b, stateCode(e.State))
+	b = binary.AppendVarint(b, int64(e.TimeoutMs))
+	b = binary.AppendVarint(b, e.TxnStartMs)
+	b = binary.AppendVarint(b, e.LastUpdateMs)
+	b = append(b, byte(e.TxnVersion))
+	b = binary.AppendVarint(b, int64(e.CoordinatorEpoch))
+	b = binary.AppendUvarint(b, uint64(len(e.Partitions)))
+	appendTopic := func(t string, ps []int32) {
+		b = appendStr(b, t)
+		b = binary.AppendUvarint(b, uint64(len(ps)))
+		for _, p := range ps {
+			b = binary.AppendVarint(b, int64(p))
+		}
+	}
+	if len(e.Partitions) == 1 {
+		for t, ps := range e.Partitions {
+			appendTopic(t, ps)
+		}
+	} else if len(e.Partitions) > 1 {
+		for _, t := range slices.Sorted(maps.Keys(e.Partitions)) {
+			appendTopic(t, e.Partitions[t])
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(e.Groups)))
+	for _, g := range e.Groups {
+		b = appendStr(b, g)
+	}
+	return b
+}
+
+// recReader decodes a record payload; any malformation latches err.
+type recReader struct {
+	b   []byte
+	err error
+}
+
+func (r *recReader) fail(what string) {
+	if r.err == nil {
+		r.err = errors.New(what)
+	}
+	r.b = nil
+}
+
+func (r *recReader) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad " + what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recReader) varint(what string, lo, hi int64) int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 || v < lo || v > hi {
+		r.fail("bad " + what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recReader) byte1(what string) byte {
+	if len(r.b) == 0 {
+		r.fail("missing " + what)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *recReader) str(what string) string {
+	n := r.uvarint(what + " length")
+	if n > uint64(len(r.b)) {
+		r.fail("bad " + what + " length")
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// count reads a list length that cannot exceed the bytes left (each element takes at least one).
+func (r *recReader) count(what string) int {
+	n := r.uvarint(what)
+	if n > uint64(len(r.b)) {
+		r.fail("bad " + what)
+		return 0
+	}
+	return int(n)
+}
+
+const (
+	minI16, maxI16 = -1 << 15, 1<<15 - 1
+	minI32, maxI32 = -1 << 31, 1<<31 - 1
+	minI64, maxI64 = -1 << 63, 1<<63 - 1
+)
+
+// decodeRecord parses and validates one payload: the same checks a slot file's entries pass
+// (checkEntry), plus sorted, duplicate-free partition and group lists and no trailing bytes.
+func decodeRecord(p []byte) (journalRec, error) {
+	r := recReader{b: p}
+	var rec journalRec
+	typ := r.byte1("record type")
+	flags := r.byte1("flags")
+	if r.err == nil && (typ != recPut && typ != recDelete) {
+		return rec, fmt.Errorf("unknown record type %#x", typ)
+	}
+	if flags&^recLast != 0 {
+		return rec, fmt.Errorf("unknown record flags %#x", flags)
+	}
+	rec.last = flags&recLast != 0
+	rec.batch = r.uvarint("batch")
+	slot := r.uvarint("slot")
+	rec.seq = r.uvarint("seq")
+	rec.epoch = int32(r.varint("coordinator epoch", minI32, maxI32))
+	rec.tid = r.str("transactional id")
+	if r.err != nil {
+		return rec, r.err
+	}
+	if slot >= NumSlots || rec.batch == 0 || rec.seq == 0 {
+		return rec, fmt.Errorf("bad record header (slot %d batch %d seq %d)", slot, rec.batch, rec.seq)
+	}
+	rec.slot = int(slot)
+	if typ == recPut {
+		e := &Entry{TransactionalID: rec.tid}
+		e.ProducerID = r.varint("producerId", minI64, maxI64)
+		e.ProducerEpoch = int16(r.varint("producerEpoch", minI16, maxI16))
+		e.LastProducerID = r.varint("lastProducerId", minI64, maxI64)
+		e.LastProducerEpoch = int16(r.varint("lastProducerEpoch", minI16, maxI16))
+		e.NextProducerID = r.varint("nextProducerId", minI64, maxI64)
+		st, ok := stateFromCode(r.byte1("state"))
+		if !ok && r.err == nil {
+			return rec, errors.New("unknown state code")
+		}
+		e.State = st
+		e.TimeoutMs = int32(r.varint("timeoutMs", minI32, maxI32))
+		e.TxnStartMs = r.varint("txnStartMs", minI64, maxI64)
+		e.LastUpdateMs = r.varint("lastUpdateMs", minI64, maxI64)
+		e.TxnVersion = int8(r.byte1("txnVersion"))
+		e.CoordinatorEpoch = int32(r.varint("coordinatorEpoch", minI32, maxI32))
+		if n := r.count("topic count"); n > 0 {
+			e.Partitions = make(map[string][]int32, n)
+			prev := ""
+			for i := 0; i < n && r.err == nil; i++ {
+				t := r.str("topic")
+				if i > 0 && t <= prev {
+					r.fail("topics not sorted")
+				}
+				prev = t
+				m := r.count("partition count")
+				ps := make([]int32, 0, m)
+				for j := 0; j < m && r.err == nil; j++ {
+					p := int32(r.varint("partition", minI32, maxI32))
+					if j > 0 && p <= ps[j-1] {
+						r.fail("partitions not sorted")
+					}
+					ps = append(ps, p)
+				}
+				e.Partitions[t] = ps
+			}
+		}
+		if n := r.count("group count"); n > 0 {
+			e.Groups = make([]string, 0, n)
+			for i := 0; i < n && r.err == nil; i++ {
+				g := r.str("group")
+				if i > 0 && g <= e.Groups[i-1] {
+					r.fail("groups not sorted")
+				}
+				e.Groups = append(e.Groups, g)
+			}
+		}
+		if r.err != nil {
+			return rec, r.err
+		}
+		if err := checkEntry(rec.slot, rec.tid, e); err != nil {
+			return rec, err
+		}
+		rec.entry = e
+	} else if SlotFor(rec.tid) != rec.slot {
+		return rec, fmt.Errorf("deletion of %q in slot %d, which belongs to slot %d", rec.tid, rec.slot, SlotFor(rec.tid))
+	}
+	if len(r.b) != 0 {
+		return rec, fmt.Errorf("%d trailing bytes", len(r.b))
+	}
+	return rec, nil
+}
+
+// readFrame parses one frame at the start of b: ok only for a plausible length, a known record
+// type (a cheap filter for the damage scan) and a matching CRC.
+func readFrame(b []byte) (payload []byte, ok bool) {
+	if len(b) < journalFrameHdr+2 {
+		return nil, false
+	}
+	l := binary.BigEndian.Uint32(b)
+	if l < 2 || l > journalMaxRecord || int64(l) > int64(len(b)-journalFrameHdr) {
+		return nil, false
+	}
+	if t := b[journalFrameHdr]; t != recPut && t != recDelete {
+		return nil, false
+	}
+	payload = b[journalFrameHdr : journalFrameHdr+int(l)]
+	if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(b[4:]) {
+		return nil, false
+	}
+	return payload, true
+}
+
+// findFrame returns the position of the first CRC-valid frame at or after from, or -1. Runs of
+// zeros (the pre-zeroed region) are skipped without CRC work.
+func findFrame(data []byte, from int) int {
+	for p := from; p+journalFrameHdr+2 <= len(data); {
+		if data[p] == 0 && binary.BigEndian.Uint32(data[p:]) == 0 {
+			i := indexNonZero(data[p:])
+			if i < 0 {
+				return -1
+			}
+			// A frame's length field may start up to 3 bytes before its first non-zero byte.
+			p = max(p+1, p+i-3)
+			continue
+		}
+		if _, ok := readFrame(data[p:]); ok {
+			return p
+		}
+		p++
+	}
+	return -1
+}
+
+// genScan is what a generation file holds.
+type genScan struct {
+	recs []journalRec // records of complete batches, in file order
+	// end is the offset just past the last complete batch (the header's end if none): the valid
+	// length of the generation.
+	end     int64
+	hasData bool // anything but zeros past the header
+	// torn: something past end must be discarded — an incomplete batch, a damaged record, or
+	// stray records of the unfinished batch (a torn write of the last, unacknowledged batch).
+	torn    bool
+	tornAt  int64
+	tornWhy string
+	// acked: a valid record of a LATER batch follows the damage, i.e. the damage is inside data
+	// that was acknowledged. Never a torn write.
+	acked   bool
+	ackedAt int64
+}
+
+// scanJournal classifies a generation file's bytes (header already checked). Reading stops at
+// the first zero length: the pre-zeroed region is the end of the journal. A record whose CRC
+// holds but that does not decode, or breaks the batch order, is an error: no crash produces it.
+func scanJournal(data []byte) (genScan, error) {
+	sc := genScan{end: journalHeaderSize}
+	var open []journalRec
+	var batch uint64 // last complete batch
+	pos := journalHeaderSize
+	sc.hasData = indexNonZero(data[pos:]) >= 0
+	stop := func(why string) {
+		if why != "" || len(open) > 0 {
+			if why == "" {
+				why = "incomplete batch"
+			}
+			sc.torn, sc.tornAt, sc.tornWhy = true, int64(pos), why
+		}
+	}
+	for {
+		if len(data)-pos < journalFrameHdr {
+			if indexNonZero(data[pos:]) >= 0 {
+				stop("short record header")
+			} else {
+				stop("")
+			}
+			break
+		}
+		l := binary.BigEndian.Uint32(data[pos:])
+		if l == 0 {
+			stop("")
+			break
+		}
+		payload, ok := readFrame(data[pos:])
+		if !ok {
+			stop("torn or corrupt record (length or checksum)")
+			break
+		}
+		rec, err := decodeRecord(payload)
+		if err != nil {
+			return sc, fmt.Errorf("invalid record at byte %d: %w", pos, err)
+		}
+		if rec.batch != batch+1 {
+			return sc, fmt.Errorf("record at byte %d is in batch %d, expected %d", pos, rec.batch, batch+1)
+		}
+		open = append(open, rec)
+		pos += journalFrameHdr + len(payload)
+		if rec.last {
+			sc.recs = append(sc.recs, open...)
+			open = open[:0]
+			batch++
+			sc.end = int64(pos)
+		}
+	}
+	// Whatever valid record follows the stop point decides between a torn last batch and damage
+	// inside acknowledged data: only the unfinished batch (batch+1) may have stray records there
+	// (its pages can reach the disk in any order before the fdatasync that never completed).
+	for p := findFrame(data, pos+1); p >= 0; {
+		payload, _ := readFrame(data[p:])
+		rec, err := decodeRecord(payload)
+		if err != nil || rec.batch != batch+1 {
+			sc.acked, sc.ackedAt = true, int64(p)
+			break
+		}
+		if !sc.torn {
+			sc.torn, sc.tornAt, sc.tornWhy = true, int64(pos), "stray records of an unfinished batch"
+		}
+		p = findFrame(data, p+journalFrameHdr+len(payload))
+	}
+	return sc, nil
+}
+
+// indexNonZero returns the index of the first non-zero byte of b, or -1.
+func indexNonZero(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		if binary.LittleEndian.Uint64(b[i:]) != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// journal is a worker's active generation. Only the worker goroutine touches it.
+type journal struct {
+	id   journalID
+	path string
+	f    JournalFile
+	// off is the end of the last durable batch: the next batch is written here.
+	off int64
+	// zeroEnd: [off, zeroEnd) holds zeros that were fsync'd when the file was created, so a batch
+	// that ends below it is made durable with fdatasync (no size or block-map change).
+	zeroEnd int64
+	batch   uint64 // last batch number written
+	// broken > 0: a write or sync failed and [off, broken) may hold part of a batch. Nothing is
+	// appended until repair has put zeros back there durably.
+	broken int64
+}
+
+// createJournal creates a generation: header + capacity zero bytes written under a .tmp name,
+// fsync'd (size and blocks durable once, so appends need only fdatasync), renamed into place and
+// the directory fsync'd, so a file with a generation's name always has a whole header and its
+// zeros. The returned journal keeps the file open for appending.
+func createJournal(fsys FileSystem, dir string, id journalID, capacity int64) (*journal, error) {
+	path := filepath.Join(dir, journalName(id))
+	tmp := path + ".tmp"
+	f, err := fsys.CreateJournal(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create transaction journal %s: %w", tmp, err)
+	}
+	end := int64(journalHeaderSize) + capacity
+	err = func() error {
+		if _, err := f.WriteAt(appendJournalHeader(nil, id), 0); err != nil {
+			return err
+		}
+		for off := int64(journalHeaderSize); off < end; {
+			n := min(int64(len(zeroChunk)), end-off)
+			if _, err := f.WriteAt(zeroChunk[:n], off); err != nil {
+				return err
+			}
+			off += n
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		if err := fsys.Rename(tmp, path); err != nil {
+			return err
+		}
+		return fsys.SyncDir(dir)
+	}()
+	if err != nil {
+		_ = f.Close()
+		_ = fsys.Remove(tmp)
+		return nil, fmt.Errorf("cannot create transaction journal %s: %w", path, err)
+	}
+	return &journal{id: id, path: path, f: f, off: journalHeaderSize, zeroEnd: end}, nil
+}
+
+// fits reports whether n more bytes stay inside the pre-zeroed region.
+func (j *journal) fits(n int) bool { return j.off+int64(n) <= j.zeroEnd }
+
+// repair puts zeros back over [off, broken) — cutting the file back first if the failed write
+// grew it — and makes that durable with a full fsync, so the generation again ends cleanly at
+// off and nothing is ever appended after a possibly partial batch. After a failed fsync Linux may
+// have marked the dirty pages clean without writing them (fsyncgate), so the region is rewritten
+// rather than trusted.
+func (j *journal) repair() error {
+	if j.broken == 0 {
+		return nil
+	}
+	err := func() error {
+		if j.broken > j.zeroEnd {
+			if err := j.f.Truncate(max(j.off, j.zeroEnd)); err != nil {
+				return err
+			}
+		}
+		for off, end := j.off, min(j.broken, j.zeroEnd); off < end; {
+			n := min(int64(len(zeroChunk)), end-off)
+			if _, err := j.f.WriteAt(zeroChunk[:n], off); err != nil {
+				return err
+			}
+			off += n
+		}
+		return j.f.Sync()
+	}()
+	if err != nil {
+		return fmt.Errorf("cannot repair transaction journal %s after a failed write: %w", j.path, err)
+	}
+	j.broken = 0
+	return nil
+}
