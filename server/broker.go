@@ -50,9 +50,12 @@ type BrokerOptions struct {
 // producer ids, lose committed offsets or forget prepared transactions.
 func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Broker, err error) {
 	b = &Broker{log: log}
+	// Every error return below sets the named result b to nil, so the deferred cleanup closes
+	// what was opened through its own reference, not through b.
+	opened := b
 	defer func() {
 		if err != nil {
-			b.close()
+			opened.close()
 		}
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
