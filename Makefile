@@ -44,8 +44,12 @@ test: tools vet test-unit test-e2e
 test-unit:
 	pkgs=$$($(GO) list ./... | grep -v '/cmd/kaas$$' || true); \
 	if [[ -n "$$pkgs" ]]; then $(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $$pkgs; fi
-	# storage once more with log.preallocate off (the production default; the run above has it on)
+	# storage again with the other settings of log.preallocate (the run above has it on) and
+	# log.wal.enable (on above): production default (WAL on, preallocate off), then the WAL off
+	# (per-partition fsync) with preallocate on and off
 	KAAS_TEST_PREALLOCATE=0 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./storage
+	KAAS_TEST_WAL=0 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./storage
+	KAAS_TEST_WAL=0 KAAS_TEST_PREALLOCATE=0 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./storage
 
 test-e2e: tools
 	$(GO) test -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(E2E_PKG)

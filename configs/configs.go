@@ -46,6 +46,7 @@ type Config struct {
 	LogTimestampAfterMax   int64
 	RetentionCheckInterval time.Duration
 	LogPreallocate         bool
+	LogWALEnable           bool
 
 	FetchMaxBytes         int32
 	FetchSessionCacheSize int
@@ -87,6 +88,7 @@ func Default() Config {
 		LogTimestampBeforeMax:  math.MaxInt64,
 		LogTimestampAfterMax:   3600000, // Kafka 4.0 default (KIP-937)
 		RetentionCheckInterval: 5 * time.Minute,
+		LogWALEnable:           true,
 
 		FetchMaxBytes:         55 << 20,
 		FetchSessionCacheSize: 1000,
@@ -148,6 +150,7 @@ func (c *Config) entries() []entry {
 		{"log.message.timestamp.after.max.ms", kInt64, &c.LogTimestampAfterMax, "reject CreateTime records further in the future than this"},
 		{"log.retention.check.interval.ms", kMillis, &c.RetentionCheckInterval, "how often retention runs"},
 		{"log.preallocate", kBool, &c.LogPreallocate, "keep a zeroed region ahead of active segments so flushes are cheaper fdatasyncs (writes the zeros too)"},
+		{"log.wal.enable", kBool, &c.LogWALEnable, "make flush.messages=1 acks durable with one shared, group-committed write-ahead log (data.dir/wal) instead of one fsync per partition"},
 		{"fetch.max.bytes", kInt32, &c.FetchMaxBytes, "upper bound on one Fetch response"},
 		{"max.incremental.fetch.session.cache.slots", kInt, &c.FetchSessionCacheSize, "KIP-227 fetch sessions kept"},
 		{"group.initial.rebalance.delay.ms", kMillis, &c.GroupInitialRebalanceDelay, "delay of the first rebalance of an empty group"},

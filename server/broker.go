@@ -76,6 +76,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		Defaults:               TopicDefaults(cfg),
 		RetentionCheckInterval: cfg.RetentionCheckInterval,
 		Preallocate:            cfg.LogPreallocate,
+		WAL:                    cfg.LogWALEnable,
 		Logger:                 log.Named("storage"),
 	}); err != nil {
 		return nil, fmt.Errorf("cannot open storage: %w", err)

@@ -30,8 +30,18 @@ type Config struct {
 	// writing the zeros too (twice the bytes to disk). Off by default until the benchmark
 	// harness shows it pays on the target disks.
 	Preallocate bool
-	// FS opens segment files; nil = the OS. Tests inject faults through it.
+	// WAL (log.wal.enable) makes flush.messages = 1 appends durable through one shared,
+	// group-committed write-ahead log per Store (Dir/wal, see wal.go) instead of one fsync per
+	// partition; segments are then fsync'd lazily by checkpoints. Whatever its value, a WAL left
+	// by an earlier run is replayed on Open.
+	WAL bool
+	// FS opens segment and WAL files; nil = the OS. Tests inject faults through it.
 	FS FS
+
+	// Tests only: WAL generation size (0 = walGenBytesDefault) and checkpoint period (0 =
+	// walCheckpointEvery).
+	walGenBytes        int64
+	walCheckpointEvery time.Duration
 }
 
 // DefaultRetentionCheckInterval is Kafka's log.retention.check.interval.ms default.

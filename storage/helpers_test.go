@@ -5,6 +5,8 @@ import (
 	"errors"
 	"hash/crc32"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,7 +78,11 @@ func openStore(t testing.TB, dir string, mod ...func(*Config)) *Store {
 	}
 	// The suite runs with log.preallocate on (the harder path: fdatasync into a pre-zeroed tail);
 	// `make test` runs it a second time with KAAS_TEST_PREALLOCATE=0, the production default.
-	cfg := Config{Dir: dir, IndexIntervalBytes: 256, Preallocate: os.Getenv("KAAS_TEST_PREALLOCATE") != "0"}
+	// log.wal.enable likewise: on unless KAAS_TEST_WAL=0 (`make test` runs that once too).
+	cfg := Config{Dir: dir, IndexIntervalBytes: 256, Preallocate: os.Getenv("KAAS_TEST_PREALLOCATE") != "0",
+		WAL: os.Getenv("KAAS_TEST_WAL") != "0", walGenBytes: 1 << 20,
+		// No timed checkpoints unless a test asks: crash tests rely on unsynced segments.
+		walCheckpointEvery: time.Hour}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -98,15 +104,35 @@ func newPartition(t testing.TB, s *Store, kv map[string]string) *Partition {
 }
 
 // crash simulates kill -9: flushers stop and files close with nothing persisted (no snapshot, no
-// final fsync). Written-but-unsynced bytes stay, as they would in the page cache.
+// final fsync, no further WAL write or checkpoint). Written-but-unsynced bytes stay, as they
+// would in the page cache.
 func crash(s *Store) {
 	if s.stopRetention != nil {
 		close(s.stopRetention)
 		<-s.retentionDone
 	}
+	if s.wal != nil {
+		_ = s.wal.close(false)
+	}
 	_ = s.closeAll(false)
 	s.bg.Wait()
 }
+
+// withoutWAL turns log.wal.enable off whatever KAAS_TEST_WAL says: the test is about the
+// per-partition fsync path.
+func withoutWAL(c *Config) { c.WAL = false }
+
+// waitWALContinues waits until the WAL recovered from an injected failure (appends answer
+// KAFKA_STORAGE_ERROR until it did).
+func waitWALContinues(t testing.TB, s *Store) {
+	t.Helper()
+	if s.wal != nil {
+		eventually(t, "write-ahead log continues after the failure", func() bool { return !s.wal.broken.Load() })
+	}
+}
+
+// withWAL turns it on whatever KAAS_TEST_WAL says.
+func withWAL(c *Config) { c.WAL = true }
 
 // mustAppend appends and waits for durability.
 func mustAppend(t testing.TB, p *Partition, b codec.Batch, now int64) AppendResult {
@@ -181,6 +207,12 @@ type faultFS struct {
 	zeroWrite atomic.Int64 // zero writes seen
 	syncDelay time.Duration
 	gate      chan struct{} // when set, Sync blocks until it is closed
+	// match, when set, limits writeErr, syncErr, syncDelay and gate to files whose path
+	// contains it (e.g. "/wal/" for the write-ahead log only).
+	match    string
+	walSyncs atomic.Int64 // syncs of write-ahead log files
+	// synced is every file's size at its last successful sync (loseUnsynced).
+	synced map[string]int64
 }
 
 func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -202,9 +234,16 @@ type faultFile struct {
 	fs *faultFS
 }
 
+func (f *faultFile) matches() bool {
+	return f.fs.match == "" || strings.Contains(f.Name(), f.fs.match)
+}
+
 func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	f.fs.mu.Lock()
 	err, partial := f.fs.writeErr, f.fs.partial
+	if !f.matches() {
+		err = nil
+	}
 	if len(p) >= 4096 && allZero(p) {
 		f.fs.zeroWrite.Add(1)
 		if f.fs.zeroErr != nil {
@@ -230,8 +269,14 @@ func (f *faultFile) Sync() error { return f.sync(f.File.Sync) }
 
 func (f *faultFile) sync(real func() error) error {
 	f.fs.syncs.Add(1)
+	if strings.Contains(f.Name(), "/"+walDirName+"/") {
+		f.fs.walSyncs.Add(1)
+	}
 	f.fs.mu.Lock()
 	err, d, gate := f.fs.syncErr, f.fs.syncDelay, f.fs.gate
+	if !f.matches() {
+		err, d, gate = nil, 0, nil
+	}
 	f.fs.mu.Unlock()
 	if gate != nil {
 		<-gate
@@ -242,5 +287,47 @@ func (f *faultFile) sync(real func() error) error {
 	if err != nil {
 		return err
 	}
-	return real()
+	if err := real(); err != nil {
+		return err
+	}
+	if st, serr := f.File.Stat(); serr == nil {
+		f.fs.mu.Lock()
+		if f.fs.synced == nil {
+			f.fs.synced = map[string]int64{}
+		}
+		f.fs.synced[f.Name()] = st.Size()
+		f.fs.mu.Unlock()
+	}
+	return nil
+}
+
+// loseUnsynced simulates what a power loss does to segment files after a crash: every .log file
+// under dir/topics is cut back to its size at its last sync through ffs (0 if it was never
+// synced; new segment files are created empty and their directory entry is synced). It returns
+// how many bytes were cut. (With log.preallocate, bytes written over synced zeros stay, which is
+// kinder than a real power loss.)
+func loseUnsynced(t testing.TB, ffs *faultFS, dir string) int64 {
+	t.Helper()
+	var cut int64
+	err := filepath.WalkDir(filepath.Join(dir, "topics"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return err
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		ffs.mu.Lock()
+		size := ffs.synced[path]
+		ffs.mu.Unlock()
+		if st.Size() > size {
+			cut += st.Size() - size
+			return os.Truncate(path, size)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cut
 }

@@ -18,4 +18,15 @@ var (
 	fdatasyncsTotal      = metrics.NewCounter("kaas_storage_fdatasyncs_total")
 	prezeroBytesTotal    = metrics.NewCounter("kaas_storage_prezero_bytes_total")
 	prezeroFailuresTotal = metrics.NewCounter("kaas_storage_prezero_failures_total")
+
+	// Shared write-ahead log (wal.go): one sync per round of records from every partition,
+	// the records in each round, bytes written (records, headers, padding), failures, zero bytes
+	// written to prepare generations, and checkpoints (segment fsyncs that let generations go).
+	walSyncDuration       = metrics.NewHistogram("kaas_storage_wal_sync_duration_seconds")
+	walSyncsTotal         = metrics.NewCounter("kaas_storage_wal_syncs_total")
+	walRecordsPerSync     = metrics.NewHistogram("kaas_storage_wal_records_per_sync")
+	walBytesTotal         = metrics.NewCounter("kaas_storage_wal_bytes_total")
+	walErrorsTotal        = metrics.NewCounter("kaas_storage_wal_errors_total")
+	walZeroBytesTotal     = metrics.NewCounter("kaas_storage_wal_prezero_bytes_total")
+	walCheckpointDuration = metrics.NewHistogram("kaas_storage_wal_checkpoint_duration_seconds")
 )

@@ -83,6 +83,22 @@ type Partition struct {
 	dirtyTail     bool // a failed write could not be truncated away yet
 	fsyncFailed   bool // see repairLocked
 	closed        bool
+	// segFailed (WAL on): a segment fsync failed, so acknowledged bytes of this partition may
+	// exist durably only in the WAL. The partition refuses appends until a restart replays the
+	// WAL (see wal.go, "Failures").
+	segFailed bool
+
+	// wal is the store's write-ahead log when log.wal.enable is on: flush.messages = 1 appends
+	// are made durable by its group-committed fdatasync instead of an fsync of the segment.
+	wal *wal
+	// nonWALEnd is the log end after the last append that did NOT go through the WAL (topic
+	// acknowledging from the page cache); such data needs a segment fsync to become durable.
+	nonWALEnd atomic.Int64
+	// Guarded by wal.mu: dedup of this partition's entry in the pending round, and membership in
+	// the checkpoint's dirty list.
+	walRound uint64
+	walIdx   int
+	walDirty bool
 
 	segs  atomic.Pointer[[]*segment]
 	segMu sync.RWMutex
@@ -94,7 +110,8 @@ type Partition struct {
 
 	wmu     sync.Mutex
 	waiters []waiter
-	fire    []waiter // flusher's scratch
+	fire    []waiter // completeWaiters' scratch, guarded by fireMu
+	fireMu  sync.Mutex
 	lost    []offsetRange
 	wclosed bool
 
@@ -147,6 +164,7 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		zkick: make(chan struct{}, 1), zdone: make(chan struct{}),
 		preallocate: s.cfg.Preallocate,
+		wal:         s.wal,
 	}
 	ch := make(chan struct{})
 	p.changed.Store(&ch)
@@ -407,6 +425,7 @@ const (
 	kindClient  = iota // produce request: idempotence, epoch and transaction-state checks
 	kindControl        // broker-built, unchecked
 	kindMarker         // AppendMarker: epoch and coordinator-epoch fencing checks
+	kindReplay         // WAL recovery: a batch that was acknowledged before, written as it is
 )
 
 func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, coordEpoch int32) AppendResult {
@@ -428,8 +447,28 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 			return res
 		}
 	}
-	if int64(len(b)) > cfg.SegmentBytes {
-		// Kafka: RecordBatchTooLargeException when a batch cannot fit in any segment.
+	// viaWAL: this append is made durable by the shared WAL (flush.messages = 1).
+	viaWAL := p.wal != nil && cfg.FlushMessages <= 1 && kind != kindReplay
+	if p.segFailed || (viaWAL && p.wal.broken.Load()) {
+		p.mu.Unlock()
+		appendErrorsTotal.Inc()
+		res.Code = codec.CodeKafkaStorageError
+		return res
+	}
+	if viaWAL && p.nonWALEnd.Load() > p.durableEnd {
+		// The topic acknowledged from the page cache until a config change: that data is not
+		// in the WAL, so the segment is fsync'd before the WAL may move the HWM past it.
+		if err := p.syncActiveLocked(); err != nil {
+			p.mu.Unlock()
+			p.log.Warn("segment fsync failed", zap.Error(err))
+			appendErrorsTotal.Inc()
+			res.Code = codec.CodeKafkaStorageError
+			return res
+		}
+	}
+	if int64(len(b)) > cfg.SegmentBytes && kind != kindReplay {
+		// Kafka: RecordBatchTooLargeException when a batch cannot fit in any segment. (A
+		// replayed batch was accepted before segment.bytes was lowered: it goes in as it is.)
 		p.mu.Unlock()
 		res.Code = codec.CodeRecordListTooLarge
 		return res
@@ -478,7 +517,7 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	}
 	b.SetBaseOffset(base)
 	b.SetPartitionLeaderEpoch(0) // single leader, epoch 0 until leadership epochs exist
-	if cfg.TimestampType == TimestampLogAppendTime && !b.IsControl() {
+	if cfg.TimestampType == TimestampLogAppendTime && !b.IsControl() && kind != kindReplay {
 		b.SetLogAppendTime(nowMs)
 		res.LogAppendTime = nowMs
 	}
@@ -501,12 +540,20 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	p.applyTxnEventLocked(p.producers.record(b), b.BaseOffset())
 	p.leoLocal = b.LastOffset() + 1
 	p.leo.Store(p.leoLocal)
+	if viaWAL {
+		_, maxTs, maxOff := seg.stats()
+		p.wal.enqueue(p, b, base, walEntry{p: p, end: p.leoLocal, seg: seg, pos: size + int64(len(b)), maxTs: maxTs, maxOff: maxOff})
+	} else if kind != kindReplay {
+		p.nonWALEnd.Store(p.leoLocal)
+	}
 	p.mu.Unlock()
 
 	appendBytesTotal.Add(len(b))
-	select {
-	case p.kick <- struct{}{}:
-	default:
+	if !viaWAL {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
 	}
 	if seg.needsZeroing(size+int64(len(b)), cfg.SegmentBytes) {
 		select {
@@ -530,7 +577,7 @@ func (p *Partition) rollLocked() error {
 		return fmt.Errorf("cannot truncate segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
 	}
 	if err := p.timedSync(old.f, false); err != nil {
-		p.fsyncFailed = true
+		p.segmentSyncFailedLocked(err)
 		return fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
 	}
 	if newBase > p.durableEnd {
@@ -614,8 +661,14 @@ func (p *Partition) timedSync(f File, datasync bool) error {
 // Kafka clients already do for compacted topics). Every waiter on a discarded offset gets
 // ErrLost. Each step is idempotent, so a repair that fails part way is retried by the next
 // append or flush.
+//
+// With the WAL on, bytes below durablePos may be durable only in the WAL, so the segment is
+// always fsync'd before it is closed here; if that fails the partition is segFailed.
 func (p *Partition) repairLocked() error {
 	seg := p.active
+	if p.segFailed {
+		return errSegFailed
+	}
 	if p.dirtyTail {
 		if err := seg.truncate(seg.size.Load(), true); err != nil {
 			return err
@@ -632,6 +685,9 @@ func (p *Partition) repairLocked() error {
 			return err
 		}
 		if err := seg.f.Sync(); err != nil {
+			if p.wal != nil {
+				p.segmentSyncFailedLocked(err)
+			}
 			return err
 		}
 		seg.size.Store(p.durablePos)
@@ -650,6 +706,12 @@ func (p *Partition) repairLocked() error {
 		}
 	}
 	if p.leoLocal > p.durableEnd {
+		if p.wal != nil {
+			if err := seg.f.Sync(); err != nil {
+				p.segmentSyncFailedLocked(err)
+				return err
+			}
+		}
 		// Skip the discarded offsets: continue in a fresh segment at the old log end.
 		_ = WriteFileAtomic(p.dir, segmentName(p.leoLocal, ".snapshot"), p.snapshotLocked(p.leoLocal))
 		if err := seg.writeIndexes(); err != nil {
@@ -669,6 +731,40 @@ func (p *Partition) repairLocked() error {
 	}
 	p.fsyncFailed = false
 	return nil
+}
+
+// syncActiveLocked fsyncs the active segment and publishes everything appended as durable.
+func (p *Partition) syncActiveLocked() error {
+	seg := p.active
+	if err := p.timedSync(seg.f, false); err != nil {
+		p.segmentSyncFailedLocked(err)
+		return err
+	}
+	p.durablePos = seg.size.Load()
+	_, p.flushedMaxTs, p.flushedMaxOff = seg.stats()
+	if p.leoLocal > p.durableEnd {
+		p.publishHWMLocked(p.leoLocal)
+	}
+	return nil
+}
+
+// errSegFailed is returned for appends to a partition whose segment fsync failed with the WAL on.
+var errSegFailed = errors.New("a segment fsync failed; the partition refuses appends until restart")
+
+// segmentSyncFailedLocked records a failed segment fsync. Without the WAL the repair path
+// discards what was not fsync'd. With it, acknowledged bytes may be durable only in the WAL and a
+// retried fsync proves nothing: the partition stops taking appends and the WAL is kept for the
+// next start to replay.
+func (p *Partition) segmentSyncFailedLocked(err error) {
+	if p.wal == nil {
+		p.fsyncFailed = true
+		return
+	}
+	if !p.segFailed {
+		p.segFailed = true
+		p.log.Error("segment fsync failed: partition refuses appends until restart, which replays the write-ahead log", zap.Error(err))
+	}
+	p.wal.pin()
 }
 
 // Sync calls done once every offset < end is fsync'd (from the flusher goroutine; done must not
@@ -698,6 +794,13 @@ func (p *Partition) Sync(end int64, done func(err error)) {
 	}
 	p.waiters = append(p.waiters, waiter{end: end, done: done})
 	p.wmu.Unlock()
+	if p.wal != nil && p.nonWALEnd.Load() <= p.hwm.Load() {
+		// The records are in a WAL round: the WAL flusher completes the waiter after that
+		// round's sync (it publishes the HWM before it takes wmu, so the check above and this
+		// waiter cannot both miss it). Waking the partition's flusher would be a wasted
+		// context switch per produce.
+		return
+	}
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -746,6 +849,9 @@ func (p *Partition) flushLoop() {
 		case <-p.kick:
 		}
 		cfg := p.config()
+		if p.wal != nil && cfg.FlushMessages <= 1 && p.nonWALEnd.Load() <= p.hwm.Load() {
+			continue // the WAL flusher makes these appends durable and completes the waiters
+		}
 		pending := p.leo.Load() - p.hwm.Load()
 		p.wmu.Lock()
 		hasWaiters := len(p.waiters) > 0
@@ -794,7 +900,9 @@ func (p *Partition) flushOnce() error {
 		}
 		p.segMu.RUnlock()
 		p.mu.Lock()
-		if err != nil {
+		if err != nil && p.wal != nil {
+			p.segmentSyncFailedLocked(err)
+		} else if err != nil {
 			p.log.Error("fsync failed; discarding un-fsync'd records", zap.Error(err))
 			p.fsyncFailed = true
 			if rerr := p.repairLocked(); rerr != nil {
@@ -855,9 +963,12 @@ func (p *Partition) zeroLoop() {
 	}
 }
 
-// completeWaiters (flusher goroutine only) fires every waiter that is covered by the HWM, that waits on a discarded
-// range, or (when err != nil) every waiter.
+// completeWaiters fires every waiter that is covered by the HWM, that waits on a discarded range,
+// or (when err != nil) every waiter. The partition's flusher and the WAL flusher both call it;
+// fireMu guards the scratch slice (callbacks must not block).
 func (p *Partition) completeWaiters(err error) {
+	p.fireMu.Lock()
+	defer p.fireMu.Unlock()
 	hwm := p.hwm.Load()
 	p.wmu.Lock()
 	fire := p.fire[:0]
@@ -918,7 +1029,14 @@ func (p *Partition) shutdown(clean bool) error {
 	<-p.zdone
 	var err error
 	p.mu.Lock()
-	if p.durableEnd == p.leoLocal && !p.fsyncFailed {
+	if p.wal != nil && p.durableEnd == p.leoLocal && !p.fsyncFailed && !p.segFailed {
+		// The WAL made the tail durable, not the segment: fsync it, the WAL goes away after a
+		// clean close.
+		if serr := p.timedSync(p.active.f, false); serr != nil {
+			p.segmentSyncFailedLocked(serr)
+		}
+	}
+	if p.durableEnd == p.leoLocal && !p.fsyncFailed && !p.segFailed {
 		// Leave no zero tail behind a clean close (recovery would cut it anyway). The final
 		// flush may have repaired the partition into a new active segment.
 		active = p.active

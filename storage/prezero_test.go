@@ -39,7 +39,7 @@ func fillPastZeroStart(t *testing.T, p *Partition) int {
 
 func TestPrezeroFlushUsesFdatasyncInsideTheZeroedRegion(t *testing.T) {
 	ffs := &faultFS{}
-	s := openStore(t, "", withPrealloc, func(c *Config) { c.FS = ffs })
+	s := openStore(t, "", withPrealloc, withoutWAL, func(c *Config) { c.FS = ffs })
 	defer s.Close()
 	p := newPartition(t, s, nil)
 	// A partition that only ever gets a few batches is not pre-zeroed.
@@ -240,7 +240,7 @@ func TestPrezeroRollTruncatesAndRetentionUsesLogicalSizes(t *testing.T) {
 func TestPrezeroFailureFallsBackToFsync(t *testing.T) {
 	ffs := &faultFS{zeroErr: syscall.ENOSPC, partial: 5000}
 	dir := t.TempDir()
-	s := openStore(t, dir, withPrealloc, func(c *Config) { c.FS = ffs })
+	s := openStore(t, dir, withPrealloc, withoutWAL, func(c *Config) { c.FS = ffs })
 	p := newPartition(t, s, nil)
 	n := 0
 	for p.active.size.Load() < zeroStart+4096 {

@@ -33,6 +33,8 @@ type Store struct {
 
 	fences fenceMemory // store-wide fenced epochs (FenceProducer, txn.go)
 
+	wal *wal // shared write-ahead log (Config.WAL), nil when off
+
 	stopRetention chan struct{}
 	retentionDone chan struct{}
 	bg            sync.WaitGroup // background removal of deleted topics
@@ -64,6 +66,7 @@ const topicMetaFile = "topic.json"
 
 func (s *Store) topicsDir() string  { return filepath.Join(s.cfg.Dir, "topics") }
 func (s *Store) deletedDir() string { return filepath.Join(s.cfg.Dir, "deleted") }
+func (s *Store) walDir() string     { return filepath.Join(s.cfg.Dir, walDirName) }
 
 // ClusterDir is Dir/__cluster, where cluster-wide state (PID blocks, ...) lives.
 func (s *Store) ClusterDir() string { return filepath.Join(s.cfg.Dir, "__cluster") }
@@ -89,12 +92,21 @@ func Open(cfg Config) (*Store, error) {
 		cfg: cfg, fs: cfg.FS, log: cfg.Logger, defaults: cfg.Defaults.withDefaults(),
 		topics: make(map[string]*Topic), byID: make(map[[16]byte]*Topic),
 	}
-	for _, d := range []string{s.topicsDir(), s.deletedDir(), s.ClusterDir()} {
+	for _, d := range []string{s.topicsDir(), s.deletedDir(), s.ClusterDir(), s.walDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("cannot create data dir (%s): %w", d, err)
 		}
 	}
 	s.purgeDeleted()
+	// The WAL directory's own entry must be durable before a record in it is acknowledged (the
+	// WAL fsyncs the directory's contents, not its name in the data dir).
+	if err := SyncDir(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("cannot sync data dir (%s): %w", cfg.Dir, err)
+	}
+	if cfg.WAL {
+		// Partitions pick it up when they open; it starts writing only after the replay below.
+		s.wal = newWAL(s.walDir(), s.fs, s.log, cfg.walGenBytes, cfg.walCheckpointEvery)
+	}
 	ents, err := os.ReadDir(s.topicsDir())
 	if err != nil {
 		return nil, fmt.Errorf("cannot list topics (%s): %w", s.topicsDir(), err)
@@ -112,6 +124,17 @@ func Open(cfg Config) (*Store, error) {
 			s.topics[t.Name] = t
 			s.byID[t.ID] = t
 		}
+	}
+	// A WAL left by the previous run (crash, or a failure that pinned it) is replayed even if
+	// log.wal.enable is now off: it may hold acknowledged records the segments lost.
+	nextSeq, nextRound, err := s.replayWAL(s.walDir())
+	if err != nil {
+		s.closeAll(false)
+		s.bg.Wait()
+		return nil, fmt.Errorf("cannot recover write-ahead log: %w", err)
+	}
+	if s.wal != nil {
+		s.wal.start(nextSeq, nextRound)
 	}
 	if cfg.RetentionCheckInterval > 0 {
 		s.stopRetention = make(chan struct{})
@@ -564,6 +587,12 @@ func (s *Store) Close() error {
 		<-s.retentionDone
 	}
 	err := s.closeAll(true)
+	if s.wal != nil {
+		// Only after every partition fsync'd its segment may the WAL go (and only if all did).
+		if werr := s.wal.close(err == nil); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
 	s.bg.Wait()
 	return err
 }

@@ -383,6 +383,9 @@ func TestTxnStateRebuiltAfterFsyncFailure(t *testing.T) {
 	ffs := &faultFS{}
 	s := openStore(t, "", func(c *Config) { c.FS = ffs })
 	defer s.Close()
+	if s.wal != nil {
+		ffs.match = "/" + walDirName + "/" // the acks' sync (see TestFsyncFailureDiscards...)
+	}
 	p := newPartition(t, s, nil)
 	txnAppend(t, p, 1, 0, 0, 2) // 0-1
 	ffs.set(func(f *faultFS) { f.syncErr = syscall.EIO })
@@ -395,6 +398,7 @@ func TestTxnStateRebuiltAfterFsyncFailure(t *testing.T) {
 		t.Fatalf("LSO %d past a transaction whose marker is not durable", p.LastStableOffset())
 	}
 	ffs.set(func(f *faultFS) { f.syncErr = nil })
+	waitWALContinues(t, s)
 	// The next append repairs first: the discarded marker is gone, so the transaction is open
 	// again and the retried marker closes it.
 	r2 := mustMarker(t, p, 1, 0, false, 0)

@@ -658,6 +658,13 @@ func TestCrashKill9AcksAll(t *testing.T) {
 		t.Cleanup(func() { e2eExtraKaasArgs = nil })
 		e2eCrashKill9AcksAll(t)
 	})
+	// log.wal.enable=false: acks come from per-partition segment fsyncs instead of the shared
+	// write-ahead log (the default runs above use the WAL).
+	t.Run("wal-off", func(t *testing.T) {
+		e2eExtraKaasArgs = []string{"--log.wal.enable=false"}
+		t.Cleanup(func() { e2eExtraKaasArgs = nil })
+		e2eCrashKill9AcksAll(t)
+	})
 }
 
 func e2eCrashKill9AcksAll(t *testing.T) {
