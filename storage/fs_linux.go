@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func (f osFile) Datasync() error { return fdatasync(f.File) }
+func (f osFile) Datasync() error { return Fdatasync(f.File) }
 
 // WriteBack may race a Close of f (the zeroer does not hold zmu for it): RawConn.Control keeps
 // the descriptor from being closed (and reused) during the call.
@@ -30,8 +30,8 @@ func (f osFile) WriteBack(off, n int64) error {
 	return err
 }
 
-// fdatasync calls fdatasync(2) on f, retrying on EINTR. The caller keeps f open for the call.
-func fdatasync(f *os.File) error {
+// Fdatasync calls fdatasync(2) on f, retrying on EINTR. The caller keeps f open for the call.
+func Fdatasync(f *os.File) error {
 	for {
 		err := unix.Fdatasync(int(f.Fd()))
 		if err != unix.EINTR {

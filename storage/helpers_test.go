@@ -262,7 +262,7 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 // Datasync injects the same faults as Sync: the flusher uses it for the pre-zeroed region.
 func (f *faultFile) Datasync() error {
 	f.fs.datasyncs.Add(1)
-	return f.sync(func() error { return fdatasync(f.File) })
+	return f.sync(func() error { return Fdatasync(f.File) })
 }
 
 func (f *faultFile) Sync() error { return f.sync(f.File.Sync) }

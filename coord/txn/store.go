@@ -92,10 +92,11 @@ func (OSFileSystem) CreateJournal(path string) (JournalFile, error) {
 // Remove implements FileSystem.
 func (OSFileSystem) Remove(path string) error { return os.Remove(path) }
 
-// osJournalFile is an *os.File with Datasync (journal_linux.go / journal_other.go).
+// osJournalFile is an *os.File with Datasync: fdatasync(2) on Linux (the journal is pre-zeroed,
+// so no metadata to commit), fsync elsewhere — storage.Fdatasync.
 type osJournalFile struct{ *os.File }
 
-func (f osJournalFile) Datasync() error { return datasync(f.File) }
+func (f osJournalFile) Datasync() error { return storage.Fdatasync(f.File) }
 
 // WriteTemp implements FileSystem.
 func (OSFileSystem) WriteTemp(path string, data []byte) error {
