@@ -13,7 +13,21 @@
 #                                                  latency of the filesystem holding dir
 #   disk_probe <dir> <MiB>                         "fsync_p50_ms fsync_p99_ms seq_fsync_MBps"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_port: a loopback port p with p+1 free too (the reference Kafka broker's controller listens
+# on port+1). Still a race with other processes' ephemeral ports; bench/run retries a failed start.
+free_port() {
+	python3 -c '
+import socket
+for _ in range(50):
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", p + 1))
+    except OSError:
+        a.close(); continue
+    a.close(); b.close(); print(p); break
+'
+}
 
 clk=$(getconf CLK_TCK)
 cpu_seconds() { awk -v c="$clk" '{printf "%.1f", ($14+$15)/c}' "/proc/$1/stat"; }
@@ -31,14 +45,17 @@ broker_start() {
 		"${KAAS_BIN:-./bin/kaas}" --listeners=127.0.0.1:$port --data.dir="$work/kaas" --metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
 			>"$work/kaas.log" 2>&1 &
 		pid=$!
-		for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+		for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && return 0; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
+		pid=""
+		return 1
 		;;
 	kafka | kafka-fsync)
 		rm -rf "$work/kafka"
 		if [[ "$b" == kafka-fsync ]]; then
-			KAFKA_REF_EXTRA_PROPS="log.flush.interval.messages=1" bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null
+			KAFKA_REF_EXTRA_PROPS="log.flush.interval.messages=1" bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null || return 1
 		else
-			bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null
+			bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null || return 1
 		fi
 		pid=$(cat "$work/kafka/kafka.pid")
 		;;
