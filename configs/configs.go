@@ -60,6 +60,7 @@ type Config struct {
 	TransactionMaxTimeout   time.Duration
 	TransactionVersion      int16
 	TransactionReapInterval time.Duration
+	TransactionWorkers      int
 }
 
 // Default returns the configuration of `make run`: one broker, id 0, 127.0.0.1:9092, data in
@@ -102,6 +103,7 @@ func Default() Config {
 		TransactionMaxTimeout:   15 * time.Minute,
 		TransactionVersion:      2,
 		TransactionReapInterval: 10 * time.Second,
+		TransactionWorkers:      1,
 	}
 }
 
@@ -161,6 +163,7 @@ func (c *Config) entries() []entry {
 		{"transaction.max.timeout.ms", kMillis, &c.TransactionMaxTimeout, "largest transaction.timeout.ms a producer may ask for"},
 		{"transaction.version", kInt16, &c.TransactionVersion, "finalized transaction.version feature advertised in ApiVersions (1 or 2)"},
 		{"transaction.abort.timed.out.transaction.cleanup.interval.ms", kMillis, &c.TransactionReapInterval, "transaction timeout reaper period"},
+		{"transaction.coordinator.workers", kInt, &c.TransactionWorkers, "transaction coordinator workers, each owning slot % N and its own journal (one fdatasync per batch each)"},
 	}
 }
 
@@ -360,6 +363,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TransactionVersion < 0 || c.TransactionVersion > 2 {
 		errs = append(errs, errors.New("transaction.version must be 0, 1 or 2"))
+	}
+	if c.TransactionWorkers < 1 || c.TransactionWorkers > 50 {
+		errs = append(errs, errors.New("transaction.coordinator.workers must be 1..50 (there are 50 slots)"))
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data.dir must be set"))

@@ -64,6 +64,8 @@ func TestRejectsBadConfig(t *testing.T) {
 	f("--broker.id=x")
 	f("--log.message.timestamp.type=Now")
 	f("--transaction.version=3")
+	f("--transaction.coordinator.workers=0")
+	f("--transaction.coordinator.workers=51")
 	f("stray")
 	c := Default()
 	if err := c.Set("no.such.key", "1"); err == nil {

@@ -101,6 +101,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if b.Txn, err = txn.New(txn.Config{
 		ClusterDir:     clusterDir,
 		BrokerID:       cfg.BrokerID,
+		Workers:        cfg.TransactionWorkers,
 		MaxTimeoutMs:   int32(cfg.TransactionMaxTimeout.Milliseconds()),
 		ReaperInterval: cfg.TransactionReapInterval,
 		AllocPID:       pids.Next,

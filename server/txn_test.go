@@ -185,7 +185,9 @@ func TestTxnCommitAbortVisibility(t *testing.T) {
 
 func TestTxnInterleavedProducers(t *testing.T) {
 	txnVersions(t, func(t *testing.T, tv int16) {
-		addr, _ := newTestBroker(t, withTV(tv))
+		// Three coordinator workers (the default is one): the producers' ids spread over
+		// several workers, each with its own journal.
+		addr, _ := newTestBroker(t, withTV(tv), func(c *configs.Config) { c.TransactionWorkers = 3 })
 		const parts = 3
 		txnTopic(t, addr, "mix", parts)
 		want := map[int32][]string{}
