@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strings"
@@ -29,8 +28,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kaas-go/kaas/bench/internal/loadgen"
 )
 
 type result struct {
@@ -85,16 +85,13 @@ func run(seeds []string, n int, d time.Duration, topic string, partitions, size,
 		return res, err
 	}
 	defer admin.Close()
-	adm := kadm.NewClient(admin)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for i := range n {
-		name := fmt.Sprintf("%s-%d", topic, i)
-		r, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, name)
-		if err != nil && !strings.Contains(fmt.Sprint(err, r.Err), "TOPIC_ALREADY_EXISTS") {
-			return res, fmt.Errorf("cannot create topic %s: %w", name, err)
+		if err := loadgen.EnsureTopic(admin, fmt.Sprintf("%s-%d", topic, i), partitions); err != nil {
+			return res, err
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 
 	value := make([]byte, size)
 	for i := range value {
@@ -176,27 +173,20 @@ func run(seeds []string, n int, d time.Duration, topic string, partitions, size,
 		all = append(all, lats[i]...)
 	}
 	slices.Sort(all)
-	ms := func(q float64) float64 {
-		if len(all) == 0 {
-			return 0
-		}
-		return float64(all[min(len(all)-1, int(q*float64(len(all))))].Microseconds()) / 1000
-	}
 	var sum time.Duration
 	for _, l := range all {
 		sum += l
 	}
-	res.DurationS = elapsed.Seconds()
+	res.DurationS = loadgen.Round2(elapsed.Seconds())
 	res.Records = records.Load()
 	res.RecordsPS = float64(res.Records) / elapsed.Seconds()
 	res.MBPS = res.RecordsPS * float64(size) / (1 << 20)
 	if len(all) > 0 {
 		res.AvgMs = float64(sum.Microseconds()) / 1000 / float64(len(all))
-		res.MaxMs = float64(all[len(all)-1].Microseconds()) / 1000
+		res.MaxMs = loadgen.Ms(all[len(all)-1])
 	}
-	res.P50Ms, res.P99Ms, res.P999Ms = ms(0.50), ms(0.99), ms(0.999)
-	r2 := func(x float64) float64 { return math.Round(x*100) / 100 }
-	res.RecordsPS, res.MBPS, res.AvgMs = r2(res.RecordsPS), r2(res.MBPS), r2(res.AvgMs)
+	res.P50Ms, res.P99Ms, res.P999Ms = loadgen.Quantile(all, 0.50), loadgen.Quantile(all, 0.99), loadgen.Quantile(all, 0.999)
+	res.RecordsPS, res.MBPS, res.AvgMs = loadgen.Round2(res.RecordsPS), loadgen.Round2(res.MBPS), loadgen.Round2(res.AvgMs)
 	res.Errors = errs.Load()
 	if p := firstErr.Load(); p != nil {
 		res.FirstError = *p

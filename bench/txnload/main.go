@@ -37,10 +37,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/bench/internal/loadgen"
 )
 
 type config struct {
@@ -118,7 +119,7 @@ func run(c config) (result, error) {
 		return res, fmt.Errorf("cannot create admin client (%s): %w", c.brokers, err)
 	}
 	defer admin.Close()
-	if err := ensureTopic(admin, c.topic, c.partitions); err != nil {
+	if err := loadgen.EnsureTopic(admin, c.topic, c.partitions); err != nil {
 		return res, err
 	}
 	if c.versionChk {
@@ -217,9 +218,9 @@ func run(c config) (result, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	res.DurationS = round2(elapsed.Seconds())
+	res.DurationS = loadgen.Round2(elapsed.Seconds())
 	res.Commits = commits.Load()
-	res.CommitsPerSec = round2(float64(res.Commits) / elapsed.Seconds())
+	res.CommitsPerSec = loadgen.Round2(float64(res.Commits) / elapsed.Seconds())
 	res.Errors = errCount.Load()
 	if p := firstErr.Load(); p != nil {
 		res.FirstError = *p
@@ -228,11 +229,11 @@ func run(c config) (result, error) {
 	cy := slices.Concat(cycLat...)
 	slices.Sort(e)
 	slices.Sort(cy)
-	res.EndTxnP50Ms, res.EndTxnP99Ms = pct(e, 50), pct(e, 99)
+	res.EndTxnP50Ms, res.EndTxnP99Ms = loadgen.Quantile(e, 0.50), loadgen.Quantile(e, 0.99)
 	if len(e) > 0 {
-		res.EndTxnMaxMs = ms(e[len(e)-1])
+		res.EndTxnMaxMs = loadgen.Ms(e[len(e)-1])
 	}
-	res.CycleP50Ms, res.CycleP99Ms = pct(cy, 50), pct(cy, 99)
+	res.CycleP50Ms, res.CycleP99Ms = loadgen.Quantile(cy, 0.50), loadgen.Quantile(cy, 0.99)
 	return res, nil
 }
 
@@ -257,39 +258,6 @@ func cycle(cl *kgo.Client, c config, part int32, value []byte) (endTxn, whole ti
 }
 
 // ensureTopic creates the topic with RF 1 unless it exists.
-func ensureTopic(cl *kgo.Client, topic string, partitions int) error {
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("cannot create topic (%s): %w", topic, err)
-	}
-	// Wait until metadata lists every partition with a leader, so the first produce does not race
-	// the topic's creation.
-	for {
-		md, err := adm.Metadata(ctx, topic)
-		if err == nil {
-			if t, ok := md.Topics[topic]; ok && t.Err == nil && len(t.Partitions) > 0 {
-				ready := true
-				for _, p := range t.Partitions {
-					ready = ready && p.Err == nil && p.Leader >= 0
-				}
-				if ready {
-					return nil
-				}
-			}
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("cannot see topic (%s) in metadata: %w", topic, ctx.Err())
-		}
-		time.Sleep(100 * time.Millisecond) // polling the broker, not waiting for our own state
-	}
-}
-
 // versionCheck reads the finalized transaction.version feature (KIP-1022; 2 = KIP-890 part 2:
 // produce registers the partition, EndTxn v5 bumps the epoch each commit) and max versions.
 func versionCheck(cl *kgo.Client, res *result) error {
@@ -323,18 +291,3 @@ func versionCheck(cl *kgo.Client, res *result) error {
 		res.TransactionVersion, res.EndTxnMaxVersion, res.ProduceMaxVersion)
 	return nil
 }
-
-func pct(sorted []time.Duration, p int) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p + 99) / 100 // nearest-rank
-	if i < 1 {
-		i = 1
-	}
-	return ms(sorted[i-1])
-}
-
-func ms(d time.Duration) float64 { return round2(float64(d) / 1e6) }
-
-func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
