@@ -69,6 +69,8 @@ func ErrorCode(err error) int16 {
 		return codec.CodeNone
 	case errors.Is(err, ErrNotCoordinator):
 		return codec.CodeNotCoordinator
+	case errors.Is(err, ErrRecordTooLarge):
+		return codec.CodeInvalidRequest
 	default:
 		return codec.CodeCoordinatorNotAvailable
 	}
@@ -694,6 +696,10 @@ func (w *worker) process(batch []*op) {
 			}
 			cur := ss.entries[o.tid]
 			next, res := o.apply(cur, now)
+			if next != cur && w.refuseTooLarge(o.tid, next) {
+				results[i] = ErrRecordTooLarge
+				continue
+			}
 			w.set(o.slot, ss, o.tid, cur, next)
 			results[i] = res
 		}
@@ -738,8 +744,8 @@ func (w *worker) process(batch []*op) {
 			o.done(sweepActs[i], nil)
 		case o.list != nil:
 			o.done(res, nil)
-		case res == ErrNotCoordinator:
-			o.done(nil, ErrNotCoordinator)
+		case res == ErrNotCoordinator, res == ErrRecordTooLarge:
+			o.done(nil, res.(error))
 		case w.batchErr != nil:
 			o.done(nil, w.batchErr)
 		case w.failed[o.slot] != nil:
