@@ -12,6 +12,7 @@
 package group
 
 import (
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -221,10 +222,14 @@ func equalFold(a, b string) bool {
 
 // storeErrorCode maps a failed offset write to the code Apache answers for a failed append to
 // __consumer_offsets (KAFKA_STORAGE_ERROR → NOT_COORDINATOR, GroupMetadataManager.storeOffsets):
-// retriable, and never a success.
+// retriable, and never a success. What the store refuses by its write-time limits (a group id over
+// 32767 bytes, an op over the frame limit) would fail again on retry: INVALID_REQUEST.
 func storeErrorCode(err error) int16 {
-	if err == nil {
+	switch {
+	case err == nil:
 		return codec.CodeNone
+	case errors.Is(err, storage.ErrGroupIDTooLong), errors.Is(err, storage.ErrOffsetCommitTooLarge):
+		return codec.CodeInvalidRequest
 	}
 	return codec.CodeNotCoordinator
 }

@@ -26,12 +26,13 @@ var ErrFrameTooLarge = errors.New("frame larger than the log's reader accepts")
 // Appender writes frames at the end of a log, one write and one sync per call, and repairs the
 // file after a failed write or sync. It is not safe for concurrent use (a log has one writer).
 //
-//	          Write ok                 Write/sync fails
-//	  ┌─────┐ ─────► off += n   ┌─────┐ ──────────────► ┌────────┐  Repair ok   ┌─────┐
-//	  │ ok  │                   │ ok  │                 │ broken │ ───────────► │ ok  │
-//	  └─────┘                   └─────┘                 └────────┘              └─────┘
-//	                                                     every Write first repairs;
-//	                                                     while that fails, it fails
+//	   Write ok (off += n)
+//	  ┌────┐
+//	  ▼    │      Write or its sync fails
+//	┌────────┐ ─────────────────────────────────► ┌────────┐ ──┐ Repair fails: every
+//	│ clean  │                                    │ broken │   │ Write fails, nothing
+//	└────────┘ ◄───────────────────────────────── └────────┘ ◄─┘ is written
+//	             Repair ok (zeros / cut + fsync)
 //
 // Repair: after a failed fsync Linux may have marked the dirty pages clean without writing them
 // (fsyncgate), so the region the failed write may have reached, [off, broken), is not trusted:
