@@ -404,29 +404,24 @@ func (s *GroupStore) apply(op *gsOp) {
 
 // ---- encoding ----
 
-func gsAppendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 func gsAppendOp(b []byte, op *gsOp) []byte {
 	b = append(b, op.kind)
-	b = gsAppendStr(b, op.group)
+	b = framelog.AppendStr(b, op.group)
 	switch op.kind {
 	case gsOpCommit:
 		b = binary.AppendUvarint(b, uint64(len(op.offs)))
 		for _, o := range op.offs {
-			b = gsAppendStr(b, o.Topic)
+			b = framelog.AppendStr(b, o.Topic)
 			b = binary.AppendVarint(b, int64(o.Partition))
 			b = binary.AppendVarint(b, o.Offset)
 			b = binary.AppendVarint(b, int64(o.LeaderEpoch))
-			b = gsAppendStr(b, o.Metadata)
+			b = framelog.AppendStr(b, o.Metadata)
 			b = binary.AppendVarint(b, o.CommitTimeMs)
 		}
 	case gsOpDelOffs:
 		b = binary.AppendUvarint(b, uint64(len(op.parts)))
 		for _, p := range op.parts {
-			b = gsAppendStr(b, p.Topic)
+			b = framelog.AppendStr(b, p.Topic)
 			b = binary.AppendVarint(b, int64(p.Partition))
 		}
 	case gsOpStage:
@@ -434,11 +429,11 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 		b = binary.AppendVarint(b, int64(op.epoch))
 		b = binary.AppendUvarint(b, uint64(len(op.offs)))
 		for i, o := range op.offs {
-			b = gsAppendStr(b, o.Topic)
+			b = framelog.AppendStr(b, o.Topic)
 			b = binary.AppendVarint(b, int64(o.Partition))
 			b = binary.AppendVarint(b, o.Offset)
 			b = binary.AppendVarint(b, int64(o.LeaderEpoch))
-			b = gsAppendStr(b, o.Metadata)
+			b = framelog.AppendStr(b, o.Metadata)
 			b = binary.AppendVarint(b, o.CommitTimeMs)
 			var flags byte
 			if op.superseded != nil && op.superseded[i] {
@@ -454,110 +449,60 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 
 var gsErrDecode = errors.New("malformed offset store record")
 
-type gsReader struct {
-	b   []byte
-	err bool
-}
-
-func (r *gsReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = true
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *gsReader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = true
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *gsReader) byte1() byte {
-	if len(r.b) == 0 {
-		r.err = true
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *gsReader) str() string {
-	l := r.uvarint()
-	if r.err || l > uint64(len(r.b)) {
-		r.err = true
-		r.b = nil
-		return ""
-	}
-	s := string(r.b[:l])
-	r.b = r.b[l:]
-	return s
-}
-
 // gsDecodeOps decodes every op of a frame payload; any malformation rejects the whole frame.
 func gsDecodeOps(p []byte) ([]*gsOp, error) {
-	r := &gsReader{b: p}
+	r := &framelog.Reader{B: p}
 	var ops []*gsOp
-	for len(r.b) > 0 && !r.err {
-		kind := r.b[0]
-		r.b = r.b[1:]
-		op := &gsOp{kind: kind, group: r.str()}
+	for len(r.B) > 0 && r.Err == nil {
+		kind := r.Byte("op")
+		op := &gsOp{kind: kind, group: r.Str("group")}
 		switch kind {
 		case gsOpCommit:
-			n := r.uvarint()
-			if n > uint64(len(r.b)) { // every entry takes at least one byte
+			n := r.Uvarint("count")
+			if n > uint64(len(r.B)) { // every entry takes at least one byte
 				return nil, gsErrDecode
 			}
 			op.offs = make([]GroupOffset, 0, n)
-			for i := uint64(0); i < n && !r.err; i++ {
+			for i := uint64(0); i < n && r.Err == nil; i++ {
 				var o GroupOffset
-				o.Topic = r.str()
-				o.Partition = int32(r.varint())
-				o.Offset = r.varint()
-				o.LeaderEpoch = int32(r.varint())
-				o.Metadata = r.str()
-				o.CommitTimeMs = r.varint()
+				o.Topic = r.Str("topic")
+				o.Partition = int32(r.Varint("partition"))
+				o.Offset = r.Varint("offset")
+				o.LeaderEpoch = int32(r.Varint("leader epoch"))
+				o.Metadata = r.Str("metadata")
+				o.CommitTimeMs = r.Varint("commit time")
 				op.offs = append(op.offs, o)
 			}
 		case gsOpDelGrp:
 		case gsOpDelOffs:
-			n := r.uvarint()
-			if n > uint64(len(r.b)) {
+			n := r.Uvarint("count")
+			if n > uint64(len(r.B)) {
 				return nil, gsErrDecode
 			}
 			op.parts = make([]GroupPartition, 0, n)
-			for i := uint64(0); i < n && !r.err; i++ {
+			for i := uint64(0); i < n && r.Err == nil; i++ {
 				var gp GroupPartition
-				gp.Topic = r.str()
-				gp.Partition = int32(r.varint())
+				gp.Topic = r.Str("topic")
+				gp.Partition = int32(r.Varint("partition"))
 				op.parts = append(op.parts, gp)
 			}
 		case gsOpStage:
-			op.pid = r.varint()
-			op.epoch = int16(r.varint())
-			n := r.uvarint()
-			if n > uint64(len(r.b)) {
+			op.pid = r.Varint("producer id")
+			op.epoch = int16(r.Varint("producer epoch"))
+			n := r.Uvarint("count")
+			if n > uint64(len(r.B)) {
 				return nil, gsErrDecode
 			}
 			op.offs = make([]GroupOffset, 0, n)
-			for i := uint64(0); i < n && !r.err; i++ {
+			for i := uint64(0); i < n && r.Err == nil; i++ {
 				var o GroupOffset
-				o.Topic = r.str()
-				o.Partition = int32(r.varint())
-				o.Offset = r.varint()
-				o.LeaderEpoch = int32(r.varint())
-				o.Metadata = r.str()
-				o.CommitTimeMs = r.varint()
-				switch r.byte1() {
+				o.Topic = r.Str("topic")
+				o.Partition = int32(r.Varint("partition"))
+				o.Offset = r.Varint("offset")
+				o.LeaderEpoch = int32(r.Varint("leader epoch"))
+				o.Metadata = r.Str("metadata")
+				o.CommitTimeMs = r.Varint("commit time")
+				switch r.Byte("offset flags") {
 				case 0:
 					if op.superseded != nil {
 						op.superseded = append(op.superseded, false)
@@ -573,14 +518,14 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 				op.offs = append(op.offs, o)
 			}
 		case gsOpTxnCmt, gsOpTxnAbrt:
-			op.pid = r.varint()
+			op.pid = r.Varint("producer id")
 		default:
 			return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
 		}
 		ops = append(ops, op)
 	}
-	if r.err {
-		return nil, gsErrDecode
+	if r.Err != nil {
+		return nil, fmt.Errorf("%w: %v", gsErrDecode, r.Err)
 	}
 	return ops, nil
 }

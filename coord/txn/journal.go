@@ -169,16 +169,11 @@ func appendRecord(b []byte, r *journalRec) []byte {
 	b = binary.AppendUvarint(b, uint64(r.slot))
 	b = binary.AppendUvarint(b, r.seq)
 	b = binary.AppendVarint(b, int64(r.epoch))
-	b = appendStr(b, r.tid)
+	b = framelog.AppendStr(b, r.tid)
 	if r.entry != nil {
 		b = appendEntry(b, r.entry)
 	}
 	return journalFormat.End(b, start)
-}
-
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }
 
 // stateCode pins the on-disk number of every persistable state, so the in-memory enum can be
@@ -242,7 +237,7 @@ func appendEntry(b []byte, e *Entry) []byte {
 	b = binary.AppendVarint(b, int64(e.CoordinatorEpoch))
 	b = binary.AppendUvarint(b, uint64(len(e.Partitions)))
 	appendTopic := func(t string, ps []int32) {
-		b = appendStr(b, t)
+		b = framelog.AppendStr(b, t)
 		b = binary.AppendUvarint(b, uint64(len(ps)))
 		for _, p := range ps {
 			b = binary.AppendVarint(b, int64(p))
@@ -259,73 +254,9 @@ func appendEntry(b []byte, e *Entry) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(len(e.Groups)))
 	for _, g := range e.Groups {
-		b = appendStr(b, g)
+		b = framelog.AppendStr(b, g)
 	}
 	return b
-}
-
-// recReader decodes a record payload; any malformation latches err.
-type recReader struct {
-	b   []byte
-	err error
-}
-
-func (r *recReader) fail(what string) {
-	if r.err == nil {
-		r.err = errors.New(what)
-	}
-	r.b = nil
-}
-
-func (r *recReader) uvarint(what string) uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad " + what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *recReader) varint(what string, lo, hi int64) int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 || v < lo || v > hi {
-		r.fail("bad " + what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *recReader) byte1(what string) byte {
-	if len(r.b) == 0 {
-		r.fail("missing " + what)
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *recReader) str(what string) string {
-	n := r.uvarint(what + " length")
-	if n > uint64(len(r.b)) {
-		r.fail("bad " + what + " length")
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-// count reads a list length that cannot exceed the bytes left (each element takes at least one).
-func (r *recReader) count(what string) int {
-	n := r.uvarint(what)
-	if n > uint64(len(r.b)) {
-		r.fail("bad " + what)
-		return 0
-	}
-	return int(n)
 }
 
 const (
@@ -337,24 +268,24 @@ const (
 // decodeRecord parses and validates one payload: the same checks a slot file's entries pass
 // (checkEntry), plus sorted, duplicate-free partition and group lists and no trailing bytes.
 func decodeRecord(p []byte) (journalRec, error) {
-	r := recReader{b: p}
+	r := framelog.Reader{B: p}
 	var rec journalRec
-	typ := r.byte1("record type")
-	flags := r.byte1("flags")
-	if r.err == nil && (typ != recPut && typ != recDelete) {
+	typ := r.Byte("record type")
+	flags := r.Byte("flags")
+	if r.Err == nil && (typ != recPut && typ != recDelete) {
 		return rec, fmt.Errorf("unknown record type %#x", typ)
 	}
 	if flags&^recLast != 0 {
 		return rec, fmt.Errorf("unknown record flags %#x", flags)
 	}
 	rec.last = flags&recLast != 0
-	rec.batch = r.uvarint("batch")
-	slot := r.uvarint("slot")
-	rec.seq = r.uvarint("seq")
-	rec.epoch = int32(r.varint("coordinator epoch", minI32, maxI32))
-	rec.tid = r.str("transactional id")
-	if r.err != nil {
-		return rec, r.err
+	rec.batch = r.Uvarint("batch")
+	slot := r.Uvarint("slot")
+	rec.seq = r.Uvarint("seq")
+	rec.epoch = int32(r.VarintIn("coordinator epoch", minI32, maxI32))
+	rec.tid = r.Str("transactional id")
+	if r.Err != nil {
+		return rec, r.Err
 	}
 	if slot >= NumSlots || rec.batch == 0 || rec.seq == 0 {
 		return rec, fmt.Errorf("bad record header (slot %d batch %d seq %d)", slot, rec.batch, rec.seq)
@@ -362,54 +293,54 @@ func decodeRecord(p []byte) (journalRec, error) {
 	rec.slot = int(slot)
 	if typ == recPut {
 		e := &Entry{TransactionalID: rec.tid}
-		e.ProducerID = r.varint("producerId", minI64, maxI64)
-		e.ProducerEpoch = int16(r.varint("producerEpoch", minI16, maxI16))
-		e.LastProducerID = r.varint("lastProducerId", minI64, maxI64)
-		e.LastProducerEpoch = int16(r.varint("lastProducerEpoch", minI16, maxI16))
-		e.NextProducerID = r.varint("nextProducerId", minI64, maxI64)
-		st, ok := stateFromCode(r.byte1("state"))
-		if !ok && r.err == nil {
+		e.ProducerID = r.VarintIn("producerId", minI64, maxI64)
+		e.ProducerEpoch = int16(r.VarintIn("producerEpoch", minI16, maxI16))
+		e.LastProducerID = r.VarintIn("lastProducerId", minI64, maxI64)
+		e.LastProducerEpoch = int16(r.VarintIn("lastProducerEpoch", minI16, maxI16))
+		e.NextProducerID = r.VarintIn("nextProducerId", minI64, maxI64)
+		st, ok := stateFromCode(r.Byte("state"))
+		if !ok && r.Err == nil {
 			return rec, errors.New("unknown state code")
 		}
 		e.State = st
-		e.TimeoutMs = int32(r.varint("timeoutMs", minI32, maxI32))
-		e.TxnStartMs = r.varint("txnStartMs", minI64, maxI64)
-		e.LastUpdateMs = r.varint("lastUpdateMs", minI64, maxI64)
-		e.TxnVersion = int8(r.byte1("txnVersion"))
-		e.CoordinatorEpoch = int32(r.varint("coordinatorEpoch", minI32, maxI32))
-		if n := r.count("topic count"); n > 0 {
+		e.TimeoutMs = int32(r.VarintIn("timeoutMs", minI32, maxI32))
+		e.TxnStartMs = r.VarintIn("txnStartMs", minI64, maxI64)
+		e.LastUpdateMs = r.VarintIn("lastUpdateMs", minI64, maxI64)
+		e.TxnVersion = int8(r.Byte("txnVersion"))
+		e.CoordinatorEpoch = int32(r.VarintIn("coordinatorEpoch", minI32, maxI32))
+		if n := r.Count("topic count"); n > 0 {
 			e.Partitions = make(map[string][]int32, n)
 			prev := ""
-			for i := 0; i < n && r.err == nil; i++ {
-				t := r.str("topic")
+			for i := 0; i < n && r.Err == nil; i++ {
+				t := r.Str("topic")
 				if i > 0 && t <= prev {
-					r.fail("topics not sorted")
+					r.Fail("topics not sorted")
 				}
 				prev = t
-				m := r.count("partition count")
+				m := r.Count("partition count")
 				ps := make([]int32, 0, m)
-				for j := 0; j < m && r.err == nil; j++ {
-					p := int32(r.varint("partition", minI32, maxI32))
+				for j := 0; j < m && r.Err == nil; j++ {
+					p := int32(r.VarintIn("partition", minI32, maxI32))
 					if j > 0 && p <= ps[j-1] {
-						r.fail("partitions not sorted")
+						r.Fail("partitions not sorted")
 					}
 					ps = append(ps, p)
 				}
 				e.Partitions[t] = ps
 			}
 		}
-		if n := r.count("group count"); n > 0 {
+		if n := r.Count("group count"); n > 0 {
 			e.Groups = make([]string, 0, n)
-			for i := 0; i < n && r.err == nil; i++ {
-				g := r.str("group")
+			for i := 0; i < n && r.Err == nil; i++ {
+				g := r.Str("group")
 				if i > 0 && g <= e.Groups[i-1] {
-					r.fail("groups not sorted")
+					r.Fail("groups not sorted")
 				}
 				e.Groups = append(e.Groups, g)
 			}
 		}
-		if r.err != nil {
-			return rec, r.err
+		if r.Err != nil {
+			return rec, r.Err
 		}
 		if err := checkEntry(rec.slot, rec.tid, e); err != nil {
 			return rec, err
@@ -418,8 +349,8 @@ func decodeRecord(p []byte) (journalRec, error) {
 	} else if SlotFor(rec.tid) != rec.slot {
 		return rec, fmt.Errorf("deletion of %q in slot %d, which belongs to slot %d", rec.tid, rec.slot, SlotFor(rec.tid))
 	}
-	if len(r.b) != 0 {
-		return rec, fmt.Errorf("%d trailing bytes", len(r.b))
+	if len(r.B) != 0 {
+		return rec, fmt.Errorf("%d trailing bytes", len(r.B))
 	}
 	return rec, nil
 }
