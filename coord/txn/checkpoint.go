@@ -105,8 +105,10 @@ func (w *worker) appendBatch(recs []pendingRec) error {
 }
 
 // encodeBatch frames the batch's records. A record the journal reader would refuse fails the
-// batch before anything is written (the ops refuse such entries up front with ErrRecordTooLarge;
-// this is the backstop that keeps an unreadable record off the disk whatever produced it).
+// batch before anything is written. The ops refuse such entries up front (ErrRecordTooLarge, 42);
+// this is the backstop that keeps an unreadable record off the disk whatever produced it, and as
+// it fails the whole batch, its error stays the retriable COORDINATOR_NOT_AVAILABLE for the other
+// ops in it.
 func (w *worker) encodeBatch(recs []pendingRec, batch uint64) ([]byte, error) {
 	b := w.jbuf[:0]
 	for i := range recs {
@@ -116,8 +118,8 @@ func (w *worker) encodeBatch(recs []pendingRec, batch uint64) ([]byte, error) {
 			epoch: w.slots[r.slot].epoch, tid: r.tid, entry: r.entry})
 		if n := len(b) - start - journalFrameHdr; !journalFormat.Fits(n) {
 			journalRecordsRefused.Inc()
-			return nil, fmt.Errorf("cannot journal transactional id %q (slot %d): %d-byte record, limit %d: %w",
-				r.tid, r.slot, n, journalFormat.MaxLen, ErrRecordTooLarge)
+			return nil, fmt.Errorf("cannot journal transactional id %q (slot %d): %d-byte record, over the journal's %d-byte record limit",
+				r.tid, r.slot, n, journalFormat.MaxLen)
 		}
 	}
 	if cap(b) <= 4<<20 {

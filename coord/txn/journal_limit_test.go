@@ -138,3 +138,20 @@ func TestRecordTooLargeIsExact(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeBatchRefusesOversizedRecord: whatever produced it, a record over the reader's limit
+// never reaches the disk; the batch fails before its write.
+func TestEncodeBatchRefusesOversizedRecord(t *testing.T) {
+	lowerRecordLimit(t, 256)
+	const tid = "oversized"
+	slot := SlotFor(tid)
+	w := &worker{slots: map[int]*slotState{slot: {entries: map[string]*Entry{}}}}
+	e := &Entry{TransactionalID: tid, State: Ongoing, TxnVersion: 2, Partitions: map[string][]int32{strings.Repeat("t", 300): {0}}}
+	if _, err := w.encodeBatch([]pendingRec{{slot: slot, tid: tid, entry: e, seq: 1}}, 1); err == nil || !strings.Contains(err.Error(), "record limit") {
+		t.Fatalf("oversized record encoded: %v", err)
+	}
+	e.Partitions = map[string][]int32{"t": {0}}
+	if b, err := w.encodeBatch([]pendingRec{{slot: slot, tid: tid, entry: e, seq: 1}}, 1); err != nil || len(b) == 0 {
+		t.Fatalf("small record: %v", err)
+	}
+}
