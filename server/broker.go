@@ -66,6 +66,10 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if err != nil {
 		return nil, err
 	}
+	featuresEpoch, err := loadFinalizedFeatures(clusterDir, finalizedLevels(cfg.TransactionVersion))
+	if err != nil {
+		return nil, err
+	}
 	pids, err := storage.OpenPIDAllocator(clusterDir, cfg.BrokerID)
 	if err != nil {
 		// Never fall back to an in-memory counter: that would reissue producer ids.
@@ -123,7 +127,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	})
 	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
 
-	deps := Deps{Store: b.Store, PIDs: pids, Owner: owner, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers}
+	deps := Deps{Store: b.Store, PIDs: pids, Owner: owner, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch}
 	b.Server = New(cfg, log.Named("server"), deps, clusterID)
 	if err := b.Server.Start(); err != nil {
 		b.Server = nil

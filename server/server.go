@@ -44,6 +44,9 @@ type Deps struct {
 	Txn *txn.Coordinator
 	// Markers writes transaction markers and completes transactions for Txn.
 	Markers *MarkerWriter
+	// FeaturesEpoch is the persisted KIP-584 finalizing epoch of the advertised feature levels
+	// (features.go); 0 = 1.
+	FeaturesEpoch int64
 }
 
 // Server is one broker's Kafka listener.
