@@ -12,6 +12,7 @@
 package group
 
 import (
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -260,10 +261,14 @@ func idsTooLong(ids ...string) bool {
 
 // storeErrorCode maps a failed offset write to the code Apache answers for a failed append to
 // __consumer_offsets (KAFKA_STORAGE_ERROR → NOT_COORDINATOR, GroupMetadataManager.storeOffsets):
-// retriable, and never a success.
+// retriable, and never a success. A write refused because the store's queue is full is
+// overload, answered like a full group queue.
 func storeErrorCode(err error) int16 {
-	if err == nil {
+	switch {
+	case err == nil:
 		return codec.CodeNone
+	case errors.Is(err, storage.ErrGroupStoreBusy):
+		return codec.CodeCoordinatorNotAvailable // overload, not a lost coordinatorship: see maxGroupQueue
 	}
 	return codec.CodeNotCoordinator
 }

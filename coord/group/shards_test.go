@@ -373,3 +373,9 @@ func TestGroupQueueFullAnswersCoordinatorNotAvailable(t *testing.T) {
 	})
 	wantCode(t, "heartbeat after the queue drained", h.heartbeat("g", member, gen, ""), codec.CodeNone)
 }
+
+func TestStoreBusyAnswersCoordinatorNotAvailable(t *testing.T) {
+	wantCode(t, "store queue full", storeErrorCode(fmt.Errorf("wrapped: %w", storage.ErrGroupStoreBusy)), codec.CodeCoordinatorNotAvailable)
+	wantCode(t, "store failure", storeErrorCode(errors.New("EIO")), codec.CodeNotCoordinator)
+	wantCode(t, "success", storeErrorCode(nil), codec.CodeNone)
+}
