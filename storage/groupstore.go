@@ -56,7 +56,7 @@ import (
 // Staged-but-not-completed offsets are durable like commits: they survive kill -9 and a restart,
 // and the transaction coordinator's reconcile pass (which re-drives every prepared transaction)
 // completes them through CompleteTxnOffsets. They are never dropped just because the broker
-// restarted (the reference system's memory-only pending layer turned a restart into at-least-once).
+// restarted (a memory-only pending layer would turn a restart into at-least-once).
 //
 // Why one frame per batch: the writer goroutine takes everything queued while the previous fsync
 // ran, encodes it as ONE frame, writes it with one write(2) and fsyncs once (group commit), then
