@@ -71,12 +71,26 @@ func New[T any](cfg Config[T], handle func(batch []T)) *Queue[T] {
 	if cfg.Name == "" {
 		panic("BUG: mailbox without a name")
 	}
-	return &Queue[T]{
-		cfg:      cfg,
-		handle:   handle,
-		rejected: metrics.GetOrCreateCounter(fmt.Sprintf(`kaas_queue_rejected_total{queue=%q}`, cfg.Name)),
-		depth:    metrics.GetOrCreateGauge(fmt.Sprintf(`kaas_queue_depth{queue=%q}`, cfg.Name), nil),
+	m := metricsFor(cfg.Name)
+	return &Queue[T]{cfg: cfg, handle: handle, rejected: m.rejected, depth: m.depth}
+}
+
+type queueMetrics struct {
+	rejected *metrics.Counter
+	depth    *metrics.Gauge
+}
+
+var byName sync.Map // queue name → *queueMetrics; queues are created per group and connection
+
+func metricsFor(name string) *queueMetrics {
+	if m, ok := byName.Load(name); ok {
+		return m.(*queueMetrics)
 	}
+	m, _ := byName.LoadOrStore(name, &queueMetrics{
+		rejected: metrics.GetOrCreateCounter(fmt.Sprintf(`kaas_queue_rejected_total{queue=%q}`, name)),
+		depth:    metrics.GetOrCreateGauge(fmt.Sprintf(`kaas_queue_depth{queue=%q}`, name), nil),
+	})
+	return m.(*queueMetrics)
 }
 
 // TryPush queues v unless the queue is at its bound; false (counted in
