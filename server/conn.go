@@ -209,6 +209,10 @@ func (c *conn) complete(r *request, resp *bytebufferpool.ByteBuffer) {
 		for _, b := range owned {
 			codec.ResponsePool.Put(b)
 		}
+		if err != nil { // closed meanwhile: nothing is buffered any more
+			c.outPending.Add(-n)
+			return nil
+		}
 		// On the loop: OutboundBuffered is what the socket has not taken yet.
 		buffered := int64(gc.OutboundBuffered())
 		c.outBuffered.Store(buffered)
