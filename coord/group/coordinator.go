@@ -5,10 +5,13 @@
 //
 // Concurrency: every group is a mailbox (storage/mailbox, group.do) drained by at most one
 // goroutine at a time, so a group's state is only ever touched by one goroutine and needs no lock;
-// the goroutine exists only while the mailbox has work, so idle groups cost nothing. Handlers never wait: the API
-// methods enqueue and return, and the reply callback is called later (exactly once) from the
-// group's goroutine, a timer, or the store's writer goroutine. Nothing here blocks a caller for a
-// rebalance.
+// the goroutine exists only while the mailbox has work, so idle groups cost nothing. Handlers
+// never wait: the API methods enqueue and return, and the reply callback is called later (exactly
+// once) from the group's goroutine, a timer, or the store's writer goroutine. Nothing here blocks
+// a caller for a rebalance.
+//
+// Groups are sharded like __consumer_offsets partitions and a shard can be loaded and released at
+// runtime (shards.go, which also has the lock order).
 package group
 
 import (
@@ -182,8 +185,8 @@ type ListedGroup struct {
 }
 
 // ListGroups lists every group of a served shard in memory plus every group that only has
-// committed offsets (Apache loads those too, so they are listed as Empty), sorted by id. states filters by state name
-// (case-insensitive, KIP-518); empty means all.
+// committed offsets (Apache loads those too, so they are listed as Empty), sorted by id. states
+// filters by state name (case-insensitive, KIP-518); empty means all.
 func (c *Coordinator) ListGroups(states []string) []ListedGroup {
 	want := func(st string) bool {
 		if len(states) == 0 {
@@ -199,7 +202,11 @@ func (c *Coordinator) ListGroups(states []string) []ListedGroup {
 	seen := make(map[string]bool)
 	var out []ListedGroup
 	c.mu.Lock()
-	served := func(id string) bool { return c.shardCodeLocked(ShardFor(id)) == codec.CodeNone }
+	var servedShard [NumShards]bool
+	for i := range servedShard {
+		servedShard[i] = c.shardCodeLocked(i) == codec.CodeNone
+	}
+	served := func(id string) bool { return servedShard[ShardFor(id)] }
 	for id, g := range c.groups {
 		if !served(id) {
 			continue
@@ -215,7 +222,7 @@ func (c *Coordinator) ListGroups(states []string) []ListedGroup {
 	}
 	c.mu.Unlock()
 	for _, id := range c.store.Groups() {
-		if !seen[id] && want(Empty.String()) && c.Serving(id) == codec.CodeNone {
+		if !seen[id] && want(Empty.String()) && served(id) {
 			out = append(out, ListedGroup{Group: id, State: Empty.String()})
 		}
 	}
