@@ -30,6 +30,7 @@ type Config struct {
 	NumEventLoops        int   // gnet loops; 0 = one per CPU
 	SocketRequestMaxByte int32 // socket.request.max.bytes
 	MaxInflightPerConn   int   // requests decoded but not yet answered, per connection
+	ConnMaxOutboundBytes int64 // connection.max.outbound.bytes: unread response bytes before a close
 
 	AutoCreateTopics       bool
 	NumPartitions          int32
@@ -74,6 +75,7 @@ func Default() Config {
 		LogLevel:             "info",
 		SocketRequestMaxByte: 100 << 20,
 		MaxInflightPerConn:   64,
+		ConnMaxOutboundBytes: 256 << 20, // four 55 MiB fetch.max.bytes responses and change
 
 		AutoCreateTopics:       true,
 		NumPartitions:          1,
@@ -137,6 +139,7 @@ func (c *Config) entries() []entry {
 		{"num.network.threads", kInt, &c.NumEventLoops, "event loops; 0 = one per CPU"},
 		{"socket.request.max.bytes", kInt32, &c.SocketRequestMaxByte, "largest request frame accepted; larger closes the connection"},
 		{"max.inflight.requests.per.connection", kInt, &c.MaxInflightPerConn, "decoded-but-unanswered requests per connection before reading pauses"},
+		{"connection.max.outbound.bytes", kInt64, &c.ConnMaxOutboundBytes, "response bytes a client has not read yet before its connection is closed (slow consumer); >= 2 × fetch.max.bytes"},
 		{"auto.create.topics.enable", kBool, &c.AutoCreateTopics, "create topics on Metadata requests that ask for it"},
 		{"num.partitions", kInt32, &c.NumPartitions, "partitions of auto-created topics"},
 		{"delete.topic.enable", kBool, &c.DeleteTopicEnable, "allow DeleteTopics"},
@@ -351,6 +354,11 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInflightPerConn < 1 {
 		errs = append(errs, errors.New("max.inflight.requests.per.connection must be >= 1"))
+	}
+	if c.ConnMaxOutboundBytes < 2*int64(c.FetchMaxBytes) {
+		// A Fetch response may pass fetch.max.bytes by one batch (KIP-74), and the next
+		// response can be queued while the client still reads the previous one.
+		errs = append(errs, errors.New("connection.max.outbound.bytes must be >= 2 × fetch.max.bytes"))
 	}
 	if c.NumPartitions < 1 {
 		errs = append(errs, errors.New("num.partitions must be >= 1"))

@@ -411,7 +411,7 @@ func (op *produceOp) verifyAll(then func()) {
 }
 
 // translateVerifyError maps a coordinator answer to what the producer understands, as Apache's
-// AddPartitionsToTxnManager does (kafka-contracts §1.3):
+// AddPartitionsToTxnManager does (KIP-890):
 //   - PRODUCER_FENCED → INVALID_PRODUCER_EPOCH (Produce never returns 90; 47 is abortable);
 //   - TRANSACTION_ABORTABLE → INVALID_TXN_STATE unless Produce >= v11 understands it;
 //   - CONCURRENT_TRANSACTIONS on Produce v12 stays CONCURRENT_TRANSACTIONS (KAFKA-18662: a TV2

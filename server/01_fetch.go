@@ -54,8 +54,8 @@ func init() { register(kmsg.Fetch, 4, 17, handleFetch) }
 // encoded.
 var fetchBufPool bytebufferpool.Pool
 
-// mFetchWaiting counts long-polling fetches (deferred, waiting for data or MaxWaitMillis).
-var mFetchWaiting = metrics.NewCounter(`kaas_fetch_requests_waiting`)
+// mFetchWaiting is the number of long-polling fetches now (deferred, waiting for data or MaxWaitMillis).
+var mFetchWaiting = metrics.NewGauge(`kaas_fetch_requests_waiting`, nil)
 
 // fetchCloseCheck is how often a waiting fetch looks whether its connection or the server has
 // gone away (there is no close channel to select on).

@@ -246,17 +246,16 @@ func TestGroupStoreWriteFailure(t *testing.T) {
 	if err := s.Commit("g", []GroupOffset{{Topic: "t", Offset: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	// Sabotage the writer's file: writes now fail with EBADF. (The writer is idle: it
-	// acknowledged the previous commit and reads s.f only after taking qmu.)
+	// Sabotage the writer's file: writes now fail with EBADF. (The writer is idle once Wait
+	// returns, and the next batch starts after the push below.)
 	ro, err := os.Open(gsPath(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	s.qmu.Lock()
+	s.writer.Wait()
 	old := s.f
 	s.f = ro
-	s.qmu.Unlock()
 	s.CommitAsync("g", []GroupOffset{{Topic: "t", Offset: 2}}, func(err error) { done <- err })
 	if err := <-done; err == nil {
 		t.Fatal("commit acknowledged although the write failed")
