@@ -4,6 +4,10 @@ package server
 //
 // Behavior:
 //   - acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition).
+//   - Per partition, the shared check (topology.go): TOPIC_AUTHORIZATION_FAILED (Write on the
+//     topic), UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION for __consumer_offsets and
+//     __transaction_state (only their coordinators write there, as in Apache), then
+//     NOT_LEADER_OR_FOLLOWER when the topology says another broker leads the partition.
 //   - Each partition's records must be exactly one valid v2 batch (codec.ValidateProduce):
 //     CORRUPT_MESSAGE / INVALID_RECORD / MESSAGE_TOO_LARGE / INVALID_TIMESTAMP otherwise, and
 //     nothing of that partition is written. Other partitions of the request are unaffected.
@@ -83,7 +87,6 @@ type produceWait struct {
 func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	store := rc.s.deps.Store
 	now := time.Now().UnixMilli()
 	acksOK := req.Acks == -1 || req.Acks == 0 || req.Acks == 1
 	op := &produceOp{rc: rc, req: req, resp: resp}
@@ -101,34 +104,27 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 		*ot = kmsg.NewProduceResponseTopic()
 		ot.Topic = rt.Topic
 		ot.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
-		t := store.Topic(rt.Topic)
-		writeOK := rc.authorized(OpWrite, ResTopic, rt.Topic)
+		var tr topicRef
+		if acksOK {
+			tr = rc.lookupTopic(OpWrite, rt.Topic)
+		}
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
 			out := &ot.Partitions[j]
 			*out = kmsg.NewProduceResponseTopicPartition()
 			out.Partition = rp.Partition
 			out.BaseOffset, out.LogAppendTime, out.LogStartOffset = -1, -1, -1
-			switch {
-			case !acksOK:
+			if !acksOK {
 				out.ErrorCode = codec.CodeInvalidRequiredAcks
 				continue
-			case !writeOK:
-				out.ErrorCode = codec.CodeTopicAuthorizationFailed
-				continue
-			case t == nil:
-				out.ErrorCode = codec.CodeUnknownTopicOrPartition
+			}
+			// Internal topics answer INVALID_TOPIC_EXCEPTION here (localPartition: OpWrite).
+			lp, code := rc.localPartition(&tr, rp.Partition, -1)
+			if code != codec.CodeNone {
+				out.ErrorCode = code
 				continue
 			}
-			p := t.Partition(rp.Partition)
-			if p == nil {
-				out.ErrorCode = codec.CodeUnknownTopicOrPartition
-				continue
-			}
-			if !rc.s.deps.Owner.LeadsPartition(rt.Topic, rp.Partition) {
-				out.ErrorCode = codec.CodeNotLeaderForPartition
-				continue
-			}
+			p, t := lp.p, tr.t
 			cfg := t.Config()
 			b, code := codec.ValidateProduce(rp.Records, codec.ValidateOptions{
 				MaxMessageBytes:      cfg.MaxMessageBytes,
@@ -372,7 +368,7 @@ func (op *produceOp) verifyAll(then func()) {
 			setAll(idx, codec.CodeCoordinatorNotAvailable)
 			oneDone()
 			continue
-		case !rc.s.deps.Owner.OwnsTransactionalID(tid):
+		case !rc.s.txnOwner(tid).Local:
 			// Cluster mode would send AddPartitionsToTxn to the coordinator broker; until that
 			// client exists a non-coordinator leader answers the retriable disguise.
 			setAll(idx, codec.CodeNotCoordinator)
