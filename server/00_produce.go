@@ -28,7 +28,8 @@ package server
 //     the transaction does not include is rejected, not appended.
 //
 // Version notes: v3 transactional id + magic 2 only; v5 LogStartOffset; v8 record errors;
-// v9 flexible; v10 leader hints (KIP-951, unused: we are the only leader); v11 TRANSACTION_ABORTABLE;
+// v9 flexible; v10 leader hints (KIP-951: CurrentLeader and the leader's endpoint on
+// NOT_LEADER_OR_FOLLOWER, from the topology); v11 TRANSACTION_ABORTABLE;
 // v12 TV2: the leader adds the partition to the transaction itself (KIP-890 part 2), advertised
 // only while transaction.version 2 is served.
 
@@ -96,6 +97,7 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 	}
 	op.appends = make([]produceAppend, 0, nParts)
 	txnAuth := int8(0) // 0 unknown, 1 allowed, -1 denied: checked once, only if a batch is transactional
+	var hints *leaderHints
 
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i := range req.Topics {
@@ -122,6 +124,12 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 			lp, code := rc.localPartition(&tr, rp.Partition, -1)
 			if code != codec.CodeNone {
 				out.ErrorCode = code
+				if code == codec.CodeNotLeaderForPartition && req.Version >= 10 {
+					if hints == nil {
+						hints = &leaderHints{s: rc.s}
+					}
+					out.CurrentLeader.LeaderID, out.CurrentLeader.LeaderEpoch = hints.hint(rt.Topic, rp.Partition)
+				}
 				continue
 			}
 			p, t := lp.p, tr.t
@@ -153,6 +161,17 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 				a.txn = true
 			}
 			op.appends = append(op.appends, a)
+		}
+	}
+
+	if hints != nil {
+		for _, b := range hints.nodes {
+			nb := kmsg.NewProduceResponseBroker()
+			nb.NodeID, nb.Host, nb.Port = b.id, b.host, b.port
+			if b.rack != "" {
+				nb.Rack = kmsg.StringPtr(b.rack)
+			}
+			resp.Brokers = append(resp.Brokers, nb)
 		}
 	}
 

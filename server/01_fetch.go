@@ -39,7 +39,8 @@ package server
 // Version notes: v4 isolation level, LSO, aborted txns; v5 log start offset; v7 sessions;
 // v9 CurrentLeaderEpoch; v10 zstd; v11 rack / preferred read replica; v12 flexible, diverging
 // epoch tags (for followers; unused); v13 topic ids; v15 ReplicaState (followers only);
-// v16-17 leader hints and directory ids (followers / KIP-951, unused here).
+// v16 leader hints (KIP-951: CurrentLeader and the leader's endpoint on NOT_LEADER_OR_FOLLOWER /
+// FENCED_LEADER_EPOCH, from the topology); v17 directory ids (followers only).
 
 import (
 	"errors"
@@ -405,6 +406,7 @@ func (op *fetchOp) answer() {
 	if op.ctx.kind != fetchSessionError {
 		usesIDs := op.ctx.topicID
 		var cur *kmsg.FetchResponseTopic
+		var hints *leaderHints
 		for i := range op.ctx.parts {
 			if !keep[i] {
 				continue
@@ -424,6 +426,16 @@ func (op *fetchOp) answer() {
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition = fp.partition
 			rp.ErrorCode = r.code
+			if op.version >= 16 && (r.code == codec.CodeNotLeaderForPartition || r.code == codec.CodeFencedLeaderEpoch) {
+				name := fp.topic
+				if usesIDs {
+					name, _ = op.rc.s.topicNameByID(fp.topicID)
+				}
+				if hints == nil {
+					hints = &leaderHints{s: op.rc.s}
+				}
+				rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = hints.hint(name, fp.partition)
+			}
 			rp.HighWatermark = r.hwm
 			rp.LastStableOffset = r.lso
 			rp.LogStartOffset = r.logStart
@@ -442,6 +454,16 @@ func (op *fetchOp) answer() {
 				rp.RecordBatches = op.buf.B[r.start:r.end]
 			}
 			cur.Partitions = append(cur.Partitions, rp)
+		}
+		if hints != nil {
+			for _, b := range hints.nodes {
+				nb := kmsg.NewFetchResponseBroker()
+				nb.NodeID, nb.Host, nb.Port = b.id, b.host, b.port
+				if b.rack != "" {
+					nb.Rack = kmsg.StringPtr(b.rack)
+				}
+				resp.Brokers = append(resp.Brokers, nb)
+			}
 		}
 	}
 	op.rc.reply(resp) // encodes synchronously; the records are copied out of op.buf

@@ -255,3 +255,33 @@ func (s *Server) publishLocalEndpoint() {
 		t.SetLocalEndpoint(topology.Endpoint{Listener: listenerName, Host: h, Port: p})
 	}
 }
+
+// leaderHints collects KIP-951 hints for the partitions a Produce (v10+) or Fetch (v16+) refused
+// with NOT_LEADER_OR_FOLLOWER (Fetch also FENCED_LEADER_EPOCH): the leader and epoch the topology
+// knows, and that leader's endpoint once per response, so the client moves to the new leader
+// without a Metadata round trip, as Apache does.
+type leaderHints struct {
+	s       *Server
+	brokers []liveBroker // listed on the first hint
+	nodes   []liveBroker // the endpoints the response carries, each once
+}
+
+// hint returns the partition's known leader and epoch, or (-1, -1) when there is none to name
+// (no owner, or the owner is not a live broker on our listener).
+func (h *leaderHints) hint(topic string, part int32) (leader, epoch int32) {
+	o := topology.PartitionOwner(h.s.deps.Topology, topic, part)
+	if !o.Known {
+		return -1, -1
+	}
+	if h.brokers == nil {
+		h.brokers = h.s.liveBrokers()
+	}
+	b, ok := findBroker(h.brokers, o.Broker)
+	if !ok {
+		return -1, -1
+	}
+	if _, seen := findBroker(h.nodes, b.id); !seen {
+		h.nodes = append(h.nodes, b)
+	}
+	return o.Broker, o.Epoch
+}

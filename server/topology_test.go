@@ -154,7 +154,30 @@ func TestTopologyRemoteLeaderAnswersNotLeader(t *testing.T) {
 		t.Errorf("WriteTxnMarkers to a remote partition: %d, want 6", code)
 	}
 
+	// KIP-951: Produce v10+ and Fetch v16+ name the new leader and its endpoint.
+	pr := kmsg.NewPtrProduceRequest()
+	pr.Version, pr.Acks, pr.TimeoutMillis = 10, -1, 5000
+	pr.Topics = []kmsg.ProduceRequestTopic{{Topic: "topo", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 1, Records: testBatch(1)}}}}
+	presp := fxRoundTrip[*kmsg.ProduceResponse](t, rc, pr)
+	if cl := presp.Topics[0].Partitions[0].CurrentLeader; cl.LeaderID != 2 || cl.LeaderEpoch != 3 ||
+		len(presp.Brokers) != 1 || presp.Brokers[0].NodeID != 2 || presp.Brokers[0].Host != "broker-2.test" || presp.Brokers[0].Port != 9999 {
+		t.Errorf("Produce v10 leader hint: %+v brokers %+v", cl, presp.Brokers)
+	}
 	md := tpMetadata(t, rc, "topo")
+	fr := kmsg.NewPtrFetchRequest()
+	fr.Version, fr.MaxWaitMillis, fr.MaxBytes, fr.SessionEpoch = 16, 10, 1<<20, -1
+	frt := kmsg.NewFetchRequestTopic()
+	frt.TopicID = md.Topics[0].TopicID
+	frp := kmsg.NewFetchRequestTopicPartition()
+	frp.Partition, frp.CurrentLeaderEpoch, frp.PartitionMaxBytes = 1, -1, 1<<20
+	frt.Partitions = append(frt.Partitions, frp)
+	fr.Topics = append(fr.Topics, frt)
+	fresp := fxRoundTrip[*kmsg.FetchResponse](t, rc, fr)
+	if p := fresp.Topics[0].Partitions[0]; p.ErrorCode != codec.CodeNotLeaderForPartition || p.CurrentLeader.LeaderID != 2 ||
+		p.CurrentLeader.LeaderEpoch != 3 || len(fresp.Brokers) != 1 || fresp.Brokers[0].NodeID != 2 {
+		t.Errorf("Fetch v16 leader hint: %+v brokers %+v", p, fresp.Brokers)
+	}
+
 	if len(md.Brokers) != 2 || md.Brokers[1].NodeID != 2 || md.Brokers[1].Host != "broker-2.test" || md.Brokers[1].Port != 9999 ||
 		md.Brokers[1].Rack == nil || *md.Brokers[1].Rack != "r2" {
 		t.Fatalf("Metadata brokers: %+v", md.Brokers)
@@ -217,7 +240,21 @@ func TestTopologyLeaderEpochChecks(t *testing.T) {
 			t.Errorf("OffsetForLeaderEpoch(%d): %+v, want epoch %d end %d", c.asked, p, c.epoch, c.end)
 		}
 	}
-	if p := tpMetadata(t, rc, "topo").Topics[0].Partitions[0]; p.LeaderEpoch != 5 {
+	// Fetch v16 tells a fenced client the current epoch (KIP-951).
+	md := tpMetadata(t, rc, "topo")
+	fr := kmsg.NewPtrFetchRequest()
+	fr.Version, fr.MaxWaitMillis, fr.MaxBytes, fr.SessionEpoch = 16, 10, 1<<20, -1
+	frt := kmsg.NewFetchRequestTopic()
+	frt.TopicID = md.Topics[0].TopicID
+	frp := kmsg.NewFetchRequestTopicPartition()
+	frp.Partition, frp.CurrentLeaderEpoch, frp.PartitionMaxBytes = 0, 1, 1<<20
+	frt.Partitions = append(frt.Partitions, frp)
+	fr.Topics = append(fr.Topics, frt)
+	if p := fxRoundTrip[*kmsg.FetchResponse](t, rc, fr).Topics[0].Partitions[0]; p.ErrorCode != codec.CodeFencedLeaderEpoch ||
+		p.CurrentLeader.LeaderID != tb.cfg.BrokerID || p.CurrentLeader.LeaderEpoch != 5 {
+		t.Errorf("Fetch v16 with a fenced epoch: %+v", p)
+	}
+	if p := md.Topics[0].Partitions[0]; p.LeaderEpoch != 5 {
 		t.Errorf("Metadata leader epoch %d, want 5", p.LeaderEpoch)
 	}
 
@@ -270,6 +307,11 @@ func TestTopologyFindCoordinatorAnswersTheOwner(t *testing.T) {
 	ip.ProducerID, ip.ProducerEpoch = -1, -1
 	if r := fxRoundTrip[*kmsg.InitProducerIDResponse](t, rc, ip); r.ErrorCode != codec.CodeNotCoordinator {
 		t.Errorf("InitProducerId on a non-coordinator: %d, want 16", r.ErrorCode)
+	}
+	et := kmsg.NewPtrEndTxnRequest()
+	et.Version, et.TransactionalID, et.ProducerID, et.ProducerEpoch, et.Commit = 3, tid, 1, 0, true
+	if r := fxRoundTrip[*kmsg.EndTxnResponse](t, rc, et); r.ErrorCode != codec.CodeNotCoordinator {
+		t.Errorf("EndTxn on a non-coordinator: %d, want 16", r.ErrorCode)
 	}
 	jg := kmsg.NewPtrJoinGroupRequest()
 	jg.Version, jg.Group, jg.ProtocolType, jg.SessionTimeoutMillis, jg.RebalanceTimeoutMillis = 5, group, "consumer", 10000, 10000
