@@ -9,7 +9,7 @@ package server
 //	authorize op on the topic ──no──▶ TOPIC_AUTHORIZATION_FAILED (29)
 //	   │ (lookupTopic, once per request topic)
 //	topic exists? ──no──▶ UNKNOWN_TOPIC_OR_PARTITION (3)
-//	   │ (localPartition, per partition, from here on)
+//	   │ (localPartition → leadPartition, per partition, from here on)
 //	partition exists? ──no──▶ UNKNOWN_TOPIC_OR_PARTITION (3)
 //	internal topic and op is Write? ──yes──▶ INVALID_TOPIC_EXCEPTION (17)
 //	do I lead it now? ──no──▶ NOT_LEADER_OR_FOLLOWER (6)
@@ -45,22 +45,27 @@ type topicRef struct {
 	name     string
 	op       Operation
 	t        *storage.Topic // nil for an unknown or an internal topic
-	internal *internalTopic // non-nil for __consumer_offsets / __transaction_state
+	internal int32          // partition count of __consumer_offsets / __transaction_state, else 0
 	code     int16          // the answer for every partition of the topic, if not CodeNone
 }
 
 // lookupTopic authorizes op on the topic and looks it up.
 func (rc *reqCtx) lookupTopic(op Operation, name string) topicRef {
-	tr := topicRef{name: name, op: op}
 	if op != opCallerAuthorized && !rc.authorized(op, ResTopic, name) {
-		tr.code = codec.CodeTopicAuthorizationFailed
+		return topicRef{name: name, op: op, code: codec.CodeTopicAuthorizationFailed}
+	}
+	return resolveTopic(rc.s.deps.Store, op, name)
+}
+
+// resolveTopic is lookupTopic for a caller that has authorized already (or needs no ACL: the
+// broker's own marker path).
+func resolveTopic(store *storage.Store, op Operation, name string) topicRef {
+	tr := topicRef{name: name, op: op}
+	if n, ok := topology.InternalPartitions(name); ok {
+		tr.internal = n
 		return tr
 	}
-	if it := rc.s.internalByName(name); it != nil {
-		tr.internal = it
-		return tr
-	}
-	if tr.t = rc.s.deps.Store.Topic(name); tr.t == nil {
+	if tr.t = store.Topic(name); tr.t == nil {
 		tr.code = codec.CodeUnknownTopicOrPartition
 	}
 	return tr
@@ -79,12 +84,19 @@ type leaderPart struct {
 // DescribeProducers) goes through it. currentEpoch is the request's current_leader_epoch, -1 for
 // none (Produce carries none).
 func (rc *reqCtx) localPartition(tr *topicRef, part int32, currentEpoch int32) (leaderPart, int16) {
+	return leadPartition(rc.s.deps.Topology, tr, part, currentEpoch)
+}
+
+// leadPartition is localPartition without a request, for the broker's own paths (the marker
+// writer resolves with resolveTopic and checks here, so a partition it does not lead is refused
+// by the same rule as a client's request).
+func leadPartition(topo topology.Topology, tr *topicRef, part int32, currentEpoch int32) (leaderPart, int16) {
 	if tr.code != codec.CodeNone {
 		return leaderPart{}, tr.code
 	}
 	var p *storage.Partition
-	if tr.internal != nil {
-		if part < 0 || part >= tr.internal.partitions {
+	if tr.internal > 0 {
+		if part < 0 || part >= tr.internal {
 			return leaderPart{}, codec.CodeUnknownTopicOrPartition
 		}
 		if tr.op == OpWrite {
@@ -95,7 +107,7 @@ func (rc *reqCtx) localPartition(tr *topicRef, part int32, currentEpoch int32) (
 	} else if p = tr.t.Partition(part); p == nil {
 		return leaderPart{}, codec.CodeUnknownTopicOrPartition
 	}
-	o := topology.PartitionOwner(rc.s.deps.Topology, tr.name, part)
+	o := topology.PartitionOwner(topo, tr.name, part)
 	if !o.Local {
 		return leaderPart{}, codec.CodeNotLeaderForPartition
 	}
