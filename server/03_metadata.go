@@ -63,6 +63,19 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 	}
 
 	store := s.deps.Store
+	// Replicas and ISR are [leader]; the encoder only reads them, so partitions led by the same
+	// broker share one slice (a single broker allocates one for the whole response).
+	var sets [][]int32
+	replicaSet := func(id int32) []int32 {
+		for _, set := range sets {
+			if set[0] == id {
+				return set
+			}
+		}
+		set := []int32{id}
+		sets = append(sets, set)
+		return set
+	}
 	addPartitions := func(mt *kmsg.MetadataResponseTopic, name string, n int32) {
 		mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, n)
 		for p := int32(0); p < n; p++ {
@@ -76,8 +89,8 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 			}
 			if leader {
 				mp.Leader = o.Broker
-				mp.Replicas = []int32{o.Broker}
-				mp.ISR = []int32{o.Broker}
+				mp.Replicas = replicaSet(o.Broker)
+				mp.ISR = mp.Replicas
 			} else {
 				mp.Leader = -1
 				mp.ErrorCode = codec.CodeLeaderNotAvailable
