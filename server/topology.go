@@ -95,6 +95,7 @@ func leadPartition(topo topology.Topology, tr *topicRef, part int32, currentEpoc
 		return leaderPart{}, tr.code
 	}
 	var p *storage.Partition
+	var o topology.Owner
 	if tr.internal > 0 {
 		if part < 0 || part >= tr.internal {
 			return leaderPart{}, codec.CodeUnknownTopicOrPartition
@@ -104,10 +105,13 @@ func leadPartition(topo topology.Topology, tr *topicRef, part int32, currentEpoc
 			// looks at leadership (only its coordinators write there).
 			return leaderPart{}, codec.CodeInvalidTopicException
 		}
-	} else if p = tr.t.Partition(part); p == nil {
-		return leaderPart{}, codec.CodeUnknownTopicOrPartition
+		o = topology.PartitionOwner(topo, tr.name, part) // the shard's / slot's owner
+	} else {
+		if p = tr.t.Partition(part); p == nil {
+			return leaderPart{}, codec.CodeUnknownTopicOrPartition
+		}
+		o = topo.Partition(tr.name, part)
 	}
-	o := topology.PartitionOwner(topo, tr.name, part)
 	if !o.Local {
 		return leaderPart{}, codec.CodeNotLeaderForPartition
 	}
