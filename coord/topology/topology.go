@@ -146,6 +146,9 @@ type TopicPartition struct {
 // partition overrides (the single broker) Partition does no map lookup at all. Writers copy the
 // snapshot, change the copy and publish it under mu; a setter therefore costs O(overrides), so
 // bulk changes go through SetPartitions.
+//
+// Lock order: mu is a leaf. Nothing else is locked while it is held, and no reader takes it, so a
+// handler may ask the topology while holding any of its own locks.
 type Table struct {
 	mu   sync.Mutex // serialises writers; readers use snap only
 	snap atomic.Pointer[snapshot]
