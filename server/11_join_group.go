@@ -53,7 +53,7 @@ func (rc *reqCtx) groupGate(op Operation, groupID string) int16 {
 	if rc.s.deps.Groups == nil {
 		return codec.CodeCoordinatorNotAvailable
 	}
-	if !rc.s.deps.Owner.OwnsGroup(groupID) {
+	if !rc.s.groupOwner(groupID).Local {
 		return codec.CodeNotCoordinator
 	}
 	// The group's shard must be loaded here (14 while it loads, 16 once released).

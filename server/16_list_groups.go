@@ -51,7 +51,7 @@ func handleListGroups(rc *reqCtx) (kmsg.Response, error) {
 	}
 	all := rc.authorized(OpDescribe, ResCluster, "kafka-cluster")
 	for _, g := range rc.s.deps.Groups.ListGroups(states) {
-		if !rc.s.deps.Owner.OwnsGroup(g.Group) || (!all && !rc.authorized(OpDescribe, ResGroup, g.Group)) {
+		if !rc.s.groupOwner(g.Group).Local || (!all && !rc.authorized(OpDescribe, ResGroup, g.Group)) {
 			continue
 		}
 		lg := kmsg.NewListGroupsResponseGroup()

@@ -96,7 +96,7 @@ func txnCoordinatorGate(rc *reqCtx, tid string) int16 {
 	if !rc.authorized(OpWrite, ResTransactionalID, tid) {
 		return codec.CodeTransactionalIDAuthorization
 	}
-	if !rc.s.deps.Owner.OwnsTransactionalID(tid) {
+	if !rc.s.txnOwner(tid).Local {
 		return codec.CodeNotCoordinator
 	}
 	if rc.s.deps.Txn == nil || rc.s.deps.Markers == nil {

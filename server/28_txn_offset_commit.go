@@ -116,7 +116,7 @@ func handleTxnOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 	case rc.s.deps.Groups == nil:
 		answer(codec.CodeCoordinatorNotAvailable)
 		return resp, nil
-	case !rc.s.deps.Owner.OwnsGroup(req.Group):
+	case !rc.s.groupOwner(req.Group).Local:
 		answer(codec.CodeNotCoordinator)
 		return resp, nil
 	case rc.s.deps.Txn == nil:

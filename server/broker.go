@@ -16,6 +16,7 @@ import (
 
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
@@ -42,7 +43,10 @@ type Broker struct {
 // BrokerOptions are the seams a deployment (or a test) may replace.
 type BrokerOptions struct {
 	Authz Authorizer // nil allows everything
-	Owner Ownership  // nil: one broker owns every group, transactional id and partition
+	// Topology answers who owns each partition, transaction slot and group shard; nil: this
+	// broker alone, owning everything at epoch 0 (a topology.Table the listener publishes its
+	// bound address to).
+	Topology topology.Topology
 }
 
 // StartBroker opens the data directory and starts serving. Any subsystem that cannot open its
@@ -93,15 +97,15 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if err := b.Groups.Start(); err != nil {
 		return nil, err
 	}
-	owner := opts.Owner
-	if owner == nil {
-		owner = singleBroker{}
+	topo := opts.Topology
+	if topo == nil {
+		topo = topology.NewTable(topology.Broker{ID: cfg.BrokerID})
 	}
 	// The marker writer exists first: it is the coordinator's OnAction (reaper aborts,
 	// re-drives). Start returns every transaction a previous incarnation left prepared; the
 	// reconcile pass fences and writes their markers before the listener accepts clients and
 	// completes them in the background (their ids answer CONCURRENT_TRANSACTIONS meanwhile).
-	b.Markers = NewMarkerWriter(MarkerWriterConfig{Store: b.Store, Groups: b.Groups, Owner: owner, Logger: log.Named("txn")})
+	b.Markers = NewMarkerWriter(MarkerWriterConfig{Store: b.Store, Groups: b.Groups, Topology: topo, Logger: log.Named("txn")})
 	if b.Txn, err = txn.New(txn.Config{
 		ClusterDir:     clusterDir,
 		BrokerID:       cfg.BrokerID,
@@ -109,7 +113,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		MaxTimeoutMs:   int32(cfg.TransactionMaxTimeout.Milliseconds()),
 		ReaperInterval: cfg.TransactionReapInterval,
 		AllocPID:       pids.Next,
-		OwnsSlot:       func(slot int) bool { return owner.OwnsTransactionalSlot(slot) },
+		OwnsSlot:       func(slot int) bool { return topo.TxnSlot(slot).Local },
 		OnAction:       b.Markers.OnAction,
 		Logger:         log.Named("txn"),
 	}); err != nil {
@@ -127,7 +131,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	})
 	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
 
-	deps := Deps{Store: b.Store, PIDs: pids, Owner: owner, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch}
+	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch}
 	b.Server = New(cfg, log.Named("server"), deps, clusterID)
 	if err := b.Server.Start(); err != nil {
 		b.Server = nil

@@ -48,6 +48,7 @@ import (
 
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
@@ -90,9 +91,9 @@ type MarkerWriterConfig struct {
 	Store *storage.Store
 	// Groups completes staged transactional offsets (nil: no group coordinator, nothing staged).
 	Groups *group.Coordinator
-	// Owner answers partition leadership (nil: single broker, leads everything).
-	Owner  Ownership
-	Logger *zap.Logger
+	// Topology answers partition leadership (nil: single broker, leads everything).
+	Topology topology.Topology
+	Logger   *zap.Logger
 }
 
 // MarkerWriter writes transaction markers and completes transactions. Build it before the
@@ -109,8 +110,8 @@ type MarkerWriter struct {
 
 // NewMarkerWriter builds a writer; Attach binds it to its coordinator.
 func NewMarkerWriter(cfg MarkerWriterConfig) *MarkerWriter {
-	if cfg.Owner == nil {
-		cfg.Owner = singleBroker{}
+	if cfg.Topology == nil {
+		cfg.Topology = topology.NewTable(topology.Broker{})
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -251,7 +252,7 @@ func (w *MarkerWriter) dispatch(m *txn.Markers, waiter func(int16)) {
 					zap.String("transactionalId", m.TransactionalID), zap.String("topic", tp.Topic), zap.Int32("partition", pn))
 				continue
 			}
-			if !w.cfg.Owner.LeadsPartition(tp.Topic, pn) {
+			if !w.cfg.Topology.Partition(tp.Topic, pn).Local {
 				// Cluster mode must send WriteTxnMarkers to the leader; until that sender exists
 				// the dispatch fails and the reaper re-drives it (never append on a non-leader).
 				w.log.Warn("cannot write transaction marker: not the partition leader",
