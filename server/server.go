@@ -42,7 +42,7 @@ type Deps struct {
 	// Txn is the transaction coordinator; nil answers the transactional APIs
 	// COORDINATOR_NOT_AVAILABLE.
 	Txn *txn.Coordinator
-	// Markers writes transaction markers and completes transactions for Txn.
+	// Markers is the local marker writer Txn writes through (and the hanging-transaction watch).
 	Markers *MarkerWriter
 }
 

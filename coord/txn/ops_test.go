@@ -670,7 +670,7 @@ func TestComplete(t *testing.T) {
 			wantState = CompleteCommit
 		}
 		if r.Code != 0 || r.Commit != commit || !slices.Equal(r.Groups, []string{"a", "b"}) || next.State != wantState ||
-			next.Partitions != nil || next.Groups != nil || next.TxnStartMs != 0 || next.pending || next.ProducerEpoch != 3 {
+			next.Partitions != nil || next.Groups != nil || next.TxnStartMs != cur.TxnStartMs || cur.TxnStartMs == 0 || next.pending || next.ProducerEpoch != 3 {
 			t.Fatalf("complete commit=%v: %+v %+v", commit, r, next)
 		}
 		if len(cur.Groups) != 2 || cur.State != st {
