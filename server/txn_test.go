@@ -653,7 +653,9 @@ func TestTxnPreparedCompletedAfterRestart(t *testing.T) {
 	// and "markers written". The EndTxn never answers.
 	tb.Markers.swallow.Store(true)
 	tb.srv.deps.Txn.EndTxn(txn.EndTxnParams{TransactionalID: "crash-id", ProducerID: pid, ProducerEpoch: epoch, Commit: true, Version: 5},
-		func(r txn.EndTxnResult, err error) { t.Errorf("EndTxn answered %+v %v with its markers swallowed", r, err) })
+		func(r txn.EndTxnResult, err error) {
+			t.Errorf("EndTxn answered %+v %v with its markers swallowed", r, err)
+		})
 	checkFor(t, 5*time.Second, 5*time.Millisecond, func() error {
 		d := make(chan txn.DescribeResult, 1)
 		tb.srv.deps.Txn.Describe("crash-id", func(r txn.DescribeResult, _ error) { d <- r })

@@ -99,6 +99,13 @@ func (f *fakeParts) CompleteTxnOffsets(group string, pid int64, epoch int16, com
 	done(err)
 }
 
+// calls0 is the number of WriteMarkers calls so far.
+func (f *fakeParts) calls0() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nCalls
+}
+
 // auto answers everything at once: markers NONE, groups nil.
 func (f *fakeParts) auto() {
 	f.autoMarkers.Store(true)
