@@ -122,9 +122,12 @@ type Config struct {
 }
 
 // Coordinator is the transaction coordinator core: slots in memory, one worker per shard, group
-// commit of slot writes, a reaper. All methods are safe for concurrent use and never block the
-// caller: results arrive through the done callback, on a worker goroutine, only after every
-// state change they depend on is durable. Callbacks must not block (hand the response off).
+// commit of journal writes, the commit saga (saga.go), a reaper, runtime slot load / release
+// (slots.go). All methods are safe for concurrent use and never block the caller: results arrive
+// through the done callback — on a worker goroutine, or on the PartitionWriter's for an answer
+// that waited for a fence — only after every state change they depend on is durable. Callbacks
+// must not block (hand the response off). The package adds no mutex beyond each worker's queue
+// lock (worker.mu, a leaf: nothing is called while it is held).
 type Coordinator struct {
 	cfg     Config
 	dir     string
