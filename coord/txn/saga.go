@@ -111,7 +111,7 @@ type GroupCompleter interface {
 // saga is one transaction's tail in flight. Created and dispatched on the worker goroutine
 // that owns its slot; the callbacks of the writer and completer move it along on theirs.
 type saga struct {
-	slot int
+	slot int // for the outbox only: the saga's state lives in its entry (pending)
 	act  Action
 	// fenced, if set, runs once the fence is applied (InitProducerId answers then).
 	fenced func()
@@ -147,7 +147,6 @@ func (w *worker) dispatchOutbox() {
 	c := w.c
 	var fences []FenceRequest
 	for _, s := range sagas {
-		c.sagas[s.slot].Add(1)
 		if s.act.Markers != nil {
 			mSagas.Inc()
 		}
@@ -322,13 +321,9 @@ func (c *Coordinator) sagaFail(s *saga) {
 	c.markersFailed(s.act.Markers, func(error) { c.sagaEnd(s, codec.CodeCoordinatorNotAvailable) })
 }
 
-// sagaEnd answers the waiter and, if the saga's slot is being released and this was its last
-// saga, lets the release finish.
+// sagaEnd answers the waiter.
 func (c *Coordinator) sagaEnd(s *saga, code int16) {
 	if s.done != nil {
 		s.done(code)
-	}
-	if c.sagas[s.slot].Add(-1) == 0 && slotStatus(c.status[s.slot].Load()) == slotReleasing {
-		c.enqueue(&op{slot: s.slot, internal: true, ctl: func(w *worker) { w.finishRelease(s.slot) }})
 	}
 }

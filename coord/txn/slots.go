@@ -18,8 +18,9 @@ package txn
 //
 // Every status change happens on the slot's worker goroutine, so it is ordered with the slot's
 // operations: an op queued before ReleaseSlot is answered normally, one queued after it answers
-// NOT_COORDINATOR. The status is also published in Coordinator.status for cheap reads (Owns,
-// sagaEnd). The release checkpoint runs on the worker after waiting for the checkpointer's job
+// NOT_COORDINATOR. The status is also published in Coordinator.status for cheap reads (Owns).
+// A release waits for the slot's entries to leave pending (the single record of a saga in
+// flight); a fence-only saga (InitProducerId) changes no state, so it does not hold a release. The release checkpoint runs on the worker after waiting for the checkpointer's job
 // in flight, so slot-N.json still has exactly one writer at a time; a loading slot has no
 // in-memory state on any worker, so its checkpoint by the loader cannot race one.
 
@@ -132,7 +133,9 @@ func (w *worker) installSlot(slot int, ss *slotState, err error, done func(error
 // queued before it and every saga in flight finish, then the slot is checkpointed durably and
 // dropped from memory. done gets nil once the slot file holds everything (at once if the slot is
 // not loaded), or the checkpoint error (the slot is then served again, nothing lost: the journal
-// still holds its changes).
+// still holds its changes). The PartitionWriter and GroupCompleter must answer every call: a
+// dispatch that never answers holds the release. The checkpoint runs on the worker, so the
+// worker's other slots wait for that one slot file write.
 func (c *Coordinator) ReleaseSlot(slot int, done func(error)) {
 	if err := checkSlot(slot); err != nil {
 		done(err)
@@ -150,18 +153,22 @@ func (c *Coordinator) ReleaseSlot(slot int, done func(error)) {
 		ss := w.slots[slot]
 		ss.releaseDone = append(ss.releaseDone, done)
 		c.status[slot].Store(int32(slotReleasing))
-		w.finishRelease(slot)
+		w.releasing[slot] = struct{}{}
 	}})
 }
 
-// finishRelease completes a release once no saga of the slot is in flight (sagaEnd calls it
-// again when the last one ends). Runs on the slot's worker.
+// finishRelease completes a release once no dispatch of the slot is in flight: no entry is
+// pending (the one record of a saga in flight; a failed saga has released its flag before it
+// answers). The worker calls it after every batch while the slot is releasing.
 func (w *worker) finishRelease(slot int) {
 	c := w.c
 	ss := w.slots[slot]
-	if ss == nil || slotStatus(c.status[slot].Load()) != slotReleasing || c.sagas[slot].Load() != 0 {
-		return
+	for _, e := range ss.entries {
+		if e.pending {
+			return
+		}
 	}
+	delete(w.releasing, slot)
 	if w.ckBusy {
 		w.ckDone(<-w.ckRes, time.Now())
 	}

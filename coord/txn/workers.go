@@ -144,10 +144,8 @@ type Coordinator struct {
 	// (tests only).
 	crashed atomic.Bool
 	// status is each slot's load state (slotStatus), written only by the slot's worker (and by
-	// Start before the workers run); sagas counts each slot's dispatches in flight (saga.go), so
-	// a release can wait for them.
+	// Start before the workers run).
 	status [NumSlots]atomic.Int32
-	sagas  [NumSlots]atomic.Int32
 }
 
 type slotState struct {
@@ -211,7 +209,8 @@ type worker struct {
 	failed   [NumSlots]error // an entry of the slot cannot be persisted (checkEntry)
 	batchErr error           // the journal append of the batch failed: every op fails
 	acts     []slotAction
-	outbox   []*saga // sagas started by the current batch (saga.go)
+	outbox    []*saga          // sagas started by the current batch (saga.go)
+	releasing map[int]struct{} // slots being released, waiting for their sagas (slots.go)
 	open     int64
 	oldest   atomic.Int64
 
@@ -279,7 +278,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{cfg: cfg, dir: filepath.Join(cfg.ClusterDir, StateDir), log: cfg.Logger, stopReaper: make(chan struct{})}
 	for i := 0; i < cfg.Workers; i++ {
 		c.workers = append(c.workers, &worker{c: c, id: i, wake: make(chan struct{}, 1), quit: make(chan struct{}),
-			exited: make(chan struct{}), slots: map[int]*slotState{}, undoSeen: map[string]struct{}{},
+			exited: make(chan struct{}), slots: map[int]*slotState{}, undoSeen: map[string]struct{}{}, releasing: map[int]struct{}{},
 			ckJobs: make(chan ckJob, 1), ckRes: make(chan ckResult, 1), ckExited: make(chan struct{})})
 	}
 	return c, nil
@@ -794,6 +793,9 @@ func (w *worker) processAll(batch []*op) {
 			o.ctl(w)
 			w.dispatchOutbox()
 			batch = batch[1:]
+			for slot := range w.releasing {
+				w.finishRelease(slot)
+			}
 			continue
 		}
 		n := len(batch)
@@ -809,6 +811,9 @@ func (w *worker) processAll(batch []*op) {
 		}
 		w.process(batch[:n])
 		batch = batch[n:]
+		for slot := range w.releasing {
+			w.finishRelease(slot)
+		}
 	}
 }
 
