@@ -201,18 +201,18 @@ type worker struct {
 	exited chan struct{}
 
 	// Owned by the worker goroutine.
-	slots    map[int]*slotState
-	spare    []*op
-	results  []any
-	undo     []undoRec
-	undoSeen map[string]struct{}
-	failed   [NumSlots]error // an entry of the slot cannot be persisted (checkEntry)
-	batchErr error           // the journal append of the batch failed: every op fails
-	acts     []slotAction
+	slots     map[int]*slotState
+	spare     []*op
+	results   []any
+	undo      []undoRec
+	undoSeen  map[string]struct{}
+	failed    [NumSlots]error // an entry of the slot cannot be persisted (checkEntry)
+	batchErr  error           // the journal append of the batch failed: every op fails
+	acts      []slotAction
 	outbox    []*saga          // sagas started by the current batch (saga.go)
 	releasing map[int]struct{} // slots being released, waiting for their sagas (slots.go)
-	open     int64
-	oldest   atomic.Int64
+	open      int64
+	oldest    atomic.Int64
 
 	// Journal and checkpoints (checkpoint.go), owned by the worker goroutine.
 	cur, next *journal
