@@ -76,7 +76,7 @@ func CheckTransactionalID(tid string) int16 {
 
 // Fence tells the caller to raise ProducerID's epoch to NewEpoch on every partition (local and,
 // in cluster mode, peers), so batches from the old session are rejected with
-// INVALID_PRODUCER_EPOCH. Every epoch bump produces one (the reference reaper did not: C-D).
+// INVALID_PRODUCER_EPOCH. Every epoch bump produces one, the reaper's included.
 type Fence struct {
 	ProducerID int64
 	OldEpoch   int16
@@ -86,7 +86,7 @@ type Fence struct {
 // Markers is a COMMIT/ABORT marker dispatch owed for a Prepare* transaction. Once every marker is
 // durable the caller submits Complete with the same (ProducerID, ProducerEpoch, Commit). An empty
 // dispatch set (offset-only or empty transaction) still requires Complete: that is what commits or
-// discards the staged offsets and unblocks the next transaction (C-K).
+// discards the staged offsets and unblocks the next transaction.
 type Markers struct {
 	TransactionalID  string
 	ProducerID       int64
@@ -168,7 +168,7 @@ type InitProducerIDResult struct {
 	ProducerEpoch int16
 	// Action: Fence for every bump of an epoch that was handed out; Fence+Markers(abort) when the
 	// call fenced an Ongoing transaction (then Code is CONCURRENT_TRANSACTIONS and the client
-	// retries once the abort completes, getting a second bump — Apache's behaviour, fixing C-F).
+	// retries once the abort completes, getting a second bump — Apache's behaviour).
 	Action Action
 }
 
@@ -327,7 +327,8 @@ func fenceAbort(cur *Entry, nowMs int64, alloc AllocPID) (*Entry, Action, int16)
 		}
 	} else {
 		// Unreachable by construction (clients never hold Short.MaxValue), but never wrap to 0 on
-		// the same id (the reference reaper did: C-D): keep the epoch and rotate on completion.
+		// the same id (a zombie at epoch 0 would pass the fence again): keep the epoch and rotate
+		// on completion.
 		pid, err := alloc()
 		if err != nil {
 			return cur, Action{}, codec.CodeCoordinatorNotAvailable
@@ -808,9 +809,9 @@ func TimedOut(e *Entry, now time.Time) bool {
 }
 
 // ReaperAbort aborts a timed-out Ongoing transaction the way Apache's abortTimedOutTransactions
-// does: fence (epoch bump, reported as Action.Fence so partitions reject the zombie: C-D) and
+// does: fence (epoch bump, reported as Action.Fence so partitions reject the zombie) and
 // PrepareAbort keeping partitions AND groups, so offset-only transactions are completed too
-// (C-K). ok is false (and e returned unchanged) when the entry is not due.
+// (an offsets-only transaction is aborted and completed too). ok is false (and e returned unchanged) when the entry is not due.
 func ReaperAbort(e *Entry, now time.Time, alloc AllocPID) (next *Entry, act Action, ok bool) {
 	if !TimedOut(e, now) {
 		return e, Action{}, false

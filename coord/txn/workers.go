@@ -104,7 +104,7 @@ type Config struct {
 	// OwnsSlot names the slots Start loads (nil: every slot, single broker); afterwards
 	// LoadSlot / ReleaseSlot change the set at runtime. The unit of ownership is the slot, never
 	// the transactional.id: routing ids to brokers by a hash different from the slot hash let two
-	// brokers rewrite the same slot file in the reference system (C-A). Cluster mode must route
+	// brokers rewrite the same slot file in the reference system. Cluster mode must route
 	// FindCoordinator by slot as well (Apache's partitionFor).
 	OwnsSlot func(slot int) bool
 	// Partitions writes markers and fences (required; saga.go). Groups completes staged

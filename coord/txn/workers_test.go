@@ -678,7 +678,7 @@ func TestReaperAbortsAndCompletes(t *testing.T) {
 		c.ReaperInterval = 5 * time.Millisecond
 		c.Logger = zap.New(core)
 	})
-	// Offset-only transaction (C-K).
+	// Offset-only transaction: the reaper must complete it too (its group is the only thing to do).
 	r := tc.init(t, "reap", 1000)
 	if _, err := call(t, func(d func(AddOffsetsResult, error)) {
 		tc.AddOffsets(AddOffsetsParams{TransactionalID: "reap", ProducerID: r.ProducerID, ProducerEpoch: 0, Group: "g1", Version: 3}, d)
