@@ -110,9 +110,10 @@ type GroupCompleter interface {
 
 // saga is one transaction's tail in flight. Created and dispatched on the worker goroutine
 // that owns its slot; the callbacks of the writer and completer move it along on theirs.
+// Its durable state is the entry itself: Prepare* plus the in-memory pending flag, the one record
+// that a dispatch is in flight.
 type saga struct {
-	slot int // for the outbox only: the saga's state lives in its entry (pending)
-	act  Action
+	act Action
 	// fenced, if set, runs once the fence is applied (InitProducerId answers then).
 	fenced func()
 	// done, if set, gets NONE once Complete* is durable, or COORDINATOR_NOT_AVAILABLE if the
@@ -123,7 +124,7 @@ type saga struct {
 
 // startSaga queues a's follow-up work in w's outbox; dispatchOutbox sends it at the end of
 // the batch. Must run on w's goroutine (every op callback does).
-func (w *worker) startSaga(slot int, a Action, fenced func(), done func(int16)) {
+func (w *worker) startSaga(a Action, fenced func(), done func(int16)) {
 	if a.IsZero() {
 		if fenced != nil {
 			fenced()
@@ -133,7 +134,7 @@ func (w *worker) startSaga(slot int, a Action, fenced func(), done func(int16)) 
 		}
 		return
 	}
-	w.outbox = append(w.outbox, &saga{slot: slot, act: a, fenced: fenced, done: done})
+	w.outbox = append(w.outbox, &saga{act: a, fenced: fenced, done: done})
 }
 
 // dispatchOutbox sends the fences and then the markers of every saga started since the last

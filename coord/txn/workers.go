@@ -408,7 +408,7 @@ func (ss *slotState) prepareLoaded() (open, prepared int64) {
 func (w *worker) redriveLoaded(slot int, ss *slotState) {
 	for _, e := range ss.entries {
 		if e.State.IsPrepare() && e.pending {
-			w.startSaga(slot, Action{
+			w.startSaga(Action{
 				TransactionalID: e.TransactionalID,
 				Fence:           &Fence{ProducerID: e.ProducerID, OldEpoch: NoProducerEpoch, NewEpoch: e.ProducerEpoch},
 				Markers:         markersFor(e, e.State == PrepareCommit),
@@ -534,7 +534,7 @@ func (c *Coordinator) InitProducerID(p InitProducerIDParams, done func(InitProdu
 			done(res, err)
 			return
 		}
-		c.workerFor(slot).startSaga(slot, act, func() { done(res, nil) }, nil)
+		c.workerFor(slot).startSaga(act, func() { done(res, nil) }, nil)
 	})
 }
 
@@ -578,12 +578,12 @@ func (c *Coordinator) EndTxn(p EndTxnParams, done func(EndTxnResult, error)) {
 		case res.Code != codec.CodeNone:
 			// An error may still carry work: a retried EndTxn on a prepared transaction whose
 			// earlier dispatch failed re-drives the markers; this answer is 51.
-			c.workerFor(slot).startSaga(slot, act, nil, nil)
+			c.workerFor(slot).startSaga(act, nil, nil)
 			done(res, nil)
 		case act.Markers == nil:
-			c.workerFor(slot).startSaga(slot, act, func() { done(res, nil) }, nil)
+			c.workerFor(slot).startSaga(act, func() { done(res, nil) }, nil)
 		default:
-			c.workerFor(slot).startSaga(slot, act, nil, func(code int16) {
+			c.workerFor(slot).startSaga(act, nil, func(code int16) {
 				if code != codec.CodeNone {
 					res = EndTxnResult{Code: code, ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch}
 				}
@@ -883,7 +883,7 @@ func (w *worker) process(batch []*op) {
 	if w.batchErr == nil {
 		for _, sa := range w.acts {
 			if w.failed[sa.slot] == nil {
-				w.startSaga(sa.slot, sa.act, nil, nil)
+				w.startSaga(sa.act, nil, nil)
 			}
 		}
 	}
