@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,4 +123,27 @@ func TestTxnSlotReleaseReloadUnderProducers(t *testing.T) {
 	if e := <-ch; e == nil || e.CoordinatorEpoch != 13 {
 		t.Fatalf("entry after four reloads: %+v", e)
 	}
+}
+
+// TestTxnTransactionalIDTooLong: a transactional.id longer than Short.MAX_VALUE bytes (possible in
+// flexible versions' compact strings) is INVALID_REQUEST, as Apache refuses to store it.
+func TestTxnTransactionalIDTooLong(t *testing.T) {
+	addr, _ := newTestBroker(t)
+	rc := dialRaw(t, addr)
+	long := strings.Repeat("t", txn.MaxTransactionalIDLen+1)
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.Version = 4
+	req.TransactionalID = kmsg.StringPtr(long)
+	req.TransactionTimeoutMillis = 60000
+	if r := fxRoundTrip[*kmsg.InitProducerIDResponse](t, rc, req); r.ErrorCode != int16(kerr.InvalidRequest.Code) {
+		t.Fatalf("InitProducerId: %v", kerr.ErrorForCode(r.ErrorCode))
+	}
+	end := kmsg.NewPtrEndTxnRequest()
+	end.Version = 3
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch = long, 1, 0
+	if r := fxRoundTrip[*kmsg.EndTxnResponse](t, rc, end); r.ErrorCode != int16(kerr.InvalidRequest.Code) {
+		t.Fatalf("EndTxn: %v", kerr.ErrorForCode(r.ErrorCode))
+	}
+	// The longest legal one is served.
+	rawInit(t, rc, strings.Repeat("t", txn.MaxTransactionalIDLen))
 }
