@@ -147,3 +147,35 @@ func TestTxnTransactionalIDTooLong(t *testing.T) {
 	// The longest legal one is served.
 	rawInit(t, rc, strings.Repeat("t", txn.MaxTransactionalIDLen))
 }
+
+// TestTxnCompletedStartTimeAndExpiration: DescribeTransactions of a committed transaction reports
+// when it started; once transactional.id.expiration.ms passes without use the id is removed
+// (TRANSACTIONAL_ID_NOT_FOUND).
+func TestTxnCompletedStartTimeAndExpiration(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.TransactionalIDExpiration = time.Second
+	cfg.TransactionReapInterval = 20 * time.Millisecond
+	tb := startTestBroker(t, cfg)
+	t.Cleanup(func() { tb.stop(t) })
+	addr := tb.srv.Addr().String()
+	txnTopic(t, addr, "exp", 1)
+	before := time.Now().UnixMilli()
+	cl := txnProducer(t, addr, "exp-id")
+	txnRun(t, cl, "exp", 0, true, "v")
+	rc := dialRaw(t, addr)
+	describe := func() kmsg.DescribeTransactionsResponseTransactionState {
+		req := kmsg.NewPtrDescribeTransactionsRequest()
+		req.TransactionalIDs = []string{"exp-id"}
+		return fxRoundTrip[*kmsg.DescribeTransactionsResponse](t, rc, req).TransactionStates[0]
+	}
+	if d := describe(); d.ErrorCode != 0 || d.State != "CompleteCommit" || d.StartTimestamp < before || d.StartTimestamp > time.Now().UnixMilli() {
+		t.Fatalf("completed transaction: %+v (started after %d)", d, before)
+	}
+	cl.Close()
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if d := describe(); d.ErrorCode != int16(kerr.TransactionalIDNotFound.Code) {
+			return fmt.Errorf("not expired: %+v", d)
+		}
+		return nil
+	})
+}
