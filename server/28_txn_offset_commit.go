@@ -10,8 +10,8 @@ package server
 //     metadata at most 4096 bytes (OFFSET_METADATA_TOO_LARGE). The remaining partitions need the
 //     group coordinator (COORDINATOR_NOT_AVAILABLE while it is not wired), ownership of the group
 //     (NOT_COORDINATOR) and a transaction coordinator (COORDINATOR_NOT_AVAILABLE without one).
-//   - Transaction check (KIP-890), before any group validation, as Apache does it before
-//     doTxnCommitOffsets:
+//   - Transaction check (KIP-890; txn.Coordinator.TxnOffsetCommitCheck), before any group
+//     validation, as Apache does it before doTxnCommitOffsets:
 //     v0-4 (TV1): the group must be in the producer's ongoing transaction (AddOffsetsToTxn added
 //     it). Apache 3.6+ verifies the group's __consumer_offsets partition with the transaction
 //     coordinator (transaction.partition.verification.enable, default true); we verify the group
@@ -21,8 +21,8 @@ package server
 //     → INVALID_TXN_STATE (v0-3) / TRANSACTION_ABORTABLE (v4, KIP-890 genericErrorSupported).
 //     v5 (TV2): the group is added to the transaction implicitly (the AddOffsetsToTxn the client no
 //     longer sends); its errors pass through except PRODUCER_FENCED → INVALID_PRODUCER_EPOCH.
-//     A transaction coordinator that cannot answer (closed, not the owner, journal write failed) →
-//     COORDINATOR_NOT_AVAILABLE (retriable).
+//     A transaction coordinator that cannot answer (closed, not the owner, loading, journal write
+//     failed) → COORDINATOR_NOT_AVAILABLE (retriable).
 //   - Then the group coordinator: KIP-447 fencing (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 //     FENCED_INSTANCE_ID; generation -1 without member = no group check), the producer epoch
 //     (INVALID_PRODUCER_EPOCH for an epoch older than the highest seen for the group and producer),
