@@ -62,6 +62,9 @@ type Config struct {
 	TransactionVersion      int16
 	TransactionReapInterval time.Duration
 	TransactionWorkers      int
+	// TransactionalIDExpiration is transactional.id.expiration.ms: a transactional.id whose
+	// entry is Empty or Complete* and has not changed for this long is removed (durably).
+	TransactionalIDExpiration time.Duration
 }
 
 // Default returns the configuration of `make run`: one broker, id 0, 127.0.0.1:9092, data in
@@ -106,6 +109,8 @@ func Default() Config {
 		TransactionVersion:      2,
 		TransactionReapInterval: 10 * time.Second,
 		TransactionWorkers:      1,
+		// Apache's default: 7 days.
+		TransactionalIDExpiration: 7 * 24 * time.Hour,
 	}
 }
 
@@ -167,6 +172,7 @@ func (c *Config) entries() []entry {
 		{"transaction.version", kInt16, &c.TransactionVersion, "finalized transaction.version feature advertised in ApiVersions (1 or 2)"},
 		{"transaction.abort.timed.out.transaction.cleanup.interval.ms", kMillis, &c.TransactionReapInterval, "transaction timeout reaper period"},
 		{"transaction.coordinator.workers", kInt, &c.TransactionWorkers, "transaction coordinator workers, each owning slot % N and its own journal (one fdatasync per batch each)"},
+		{"transactional.id.expiration.ms", kMillis, &c.TransactionalIDExpiration, "idle time after which a transactional.id with no open transaction is removed"},
 	}
 }
 
@@ -371,6 +377,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TransactionVersion < 0 || c.TransactionVersion > 2 {
 		errs = append(errs, errors.New("transaction.version must be 0, 1 or 2"))
+	}
+	if c.TransactionalIDExpiration <= 0 {
+		errs = append(errs, errors.New("transactional.id.expiration.ms must be positive"))
 	}
 	if c.TransactionWorkers < 1 || c.TransactionWorkers > 50 {
 		errs = append(errs, errors.New("transaction.coordinator.workers must be 1..50 (there are 50 slots)"))

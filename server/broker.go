@@ -26,8 +26,8 @@ import (
 // StartBroker, so there is exactly one wiring.
 //
 //	start: cluster id → PID allocator → partition store → committed-offset store → group
-//	       coordinator → marker writer + transaction coordinator (prepared transactions a
-//	       previous incarnation left are fenced and their markers written) → Kafka listener
+//	       coordinator → marker writer → transaction coordinator (it re-drives the prepared
+//	       transactions a previous incarnation left: fence, markers, complete) → Kafka listener
 //	close: listener → transaction coordinator → group coordinator → offset store → partitions
 type Broker struct {
 	Server  *Server
@@ -101,11 +101,11 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if topo == nil {
 		topo = topology.NewTable(topology.Broker{ID: cfg.BrokerID})
 	}
-	// The marker writer exists first: it is the coordinator's OnAction (reaper aborts,
-	// re-drives). Start returns every transaction a previous incarnation left prepared; the
-	// reconcile pass fences and writes their markers before the listener accepts clients and
-	// completes them in the background (their ids answer CONCURRENT_TRANSACTIONS meanwhile).
-	b.Markers = NewMarkerWriter(MarkerWriterConfig{Store: b.Store, Groups: b.Groups, Topology: topo, Logger: log.Named("txn")})
+	// The coordinator reaches partitions through the local marker writer and groups through the
+	// group coordinator; it calls neither back into server. Start re-drives every transaction a
+	// previous incarnation left prepared in the background (their ids answer
+	// CONCURRENT_TRANSACTIONS meanwhile).
+	b.Markers = NewMarkerWriter(b.Store, topo, log.Named("txn"))
 	if b.Txn, err = txn.New(txn.Config{
 		ClusterDir:     clusterDir,
 		BrokerID:       cfg.BrokerID,
@@ -114,21 +114,16 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		ReaperInterval: cfg.TransactionReapInterval,
 		AllocPID:       pids.Next,
 		OwnsSlot:       func(slot int) bool { return topo.TxnSlot(slot).Local },
-		OnAction:       b.Markers.OnAction,
+		Partitions:     b.Markers,
+		Groups:         groupCompleter{b.Groups},
+		IDExpiration:   cfg.TransactionalIDExpiration,
 		Logger:         log.Named("txn"),
 	}); err != nil {
 		return nil, fmt.Errorf("cannot start transaction coordinator (refusing to start): %w", err)
 	}
-	b.Markers.Attach(b.Txn)
-	prepared, err := b.Txn.Start()
-	if err != nil {
+	if err := b.Txn.Start(); err != nil {
 		return nil, fmt.Errorf("cannot start transaction coordinator (refusing to start): %w", err)
 	}
-	b.Markers.Reconcile(prepared, func(failed int) {
-		if failed > 0 {
-			log.Warn("prepared transactions not completed at start; the reaper retries them", zap.Int("failed", failed))
-		}
-	})
 	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
 
 	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch}
@@ -163,7 +158,7 @@ func (b *Broker) close() error {
 		b.Txn.Close()
 	}
 	if b.Markers != nil {
-		b.Markers.Detach()
+		b.Markers.Close()
 	}
 	if b.Groups != nil {
 		b.Groups.Close() // answers what is parked, waits for in-flight commits

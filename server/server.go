@@ -44,7 +44,7 @@ type Deps struct {
 	// Txn is the transaction coordinator; nil answers the transactional APIs
 	// COORDINATOR_NOT_AVAILABLE.
 	Txn *txn.Coordinator
-	// Markers writes transaction markers and completes transactions for Txn.
+	// Markers is the local marker writer Txn writes through (and the hanging-transaction watch).
 	Markers *MarkerWriter
 	// FeaturesEpoch is the persisted KIP-584 finalizing epoch of the advertised feature levels
 	// (features.go); 0 = 1.
