@@ -58,7 +58,20 @@ var (
 	// ErrLoadInProgress: the transactional.id's slot is being loaded (answer
 	// COORDINATOR_LOAD_IN_PROGRESS, 14; the client retries the same broker).
 	ErrLoadInProgress = errors.New("transaction coordinator is loading this transactional.id's slot")
+	// ErrBusy: the worker's queue is at MaxWorkerQueue (answer COORDINATOR_NOT_AVAILABLE, 15:
+	// Apache's coordinator answers that when it cannot append to its log in time; the client
+	// retries with backoff).
+	ErrBusy = errors.New("transaction coordinator worker queue is full")
 )
+
+// MaxWorkerQueue bounds the client operations queued on one worker. Requests are already
+// bounded by each connection's in-flight limit, so this is reached only when the journal cannot
+// keep up with very many connections; past it a client operation is refused (ErrBusy, counted in
+// kaas_queue_rejected_total{queue="txn_worker"}) instead of growing the queue without limit.
+// Operations of a saga in flight (internal) are continuations of admitted work and always queued.
+var MaxWorkerQueue = 1 << 16
+
+var workerQueueRejected = metrics.GetOrCreateCounter(`kaas_queue_rejected_total{queue="txn_worker"}`)
 
 // ErrorCode maps an operation's Go error to the Kafka error code the handler answers with: a
 // slot write failure or a stopped coordinator is the retriable COORDINATOR_NOT_AVAILABLE.
@@ -484,6 +497,14 @@ func (c *Coordinator) enqueue(o *op) {
 		w.mu.Unlock()
 		if o.done != nil {
 			o.done(nil, ErrClosed)
+		}
+		return
+	}
+	if !o.internal && o.apply != nil && len(w.queue) >= MaxWorkerQueue {
+		w.mu.Unlock()
+		workerQueueRejected.Inc()
+		if o.done != nil {
+			o.done(nil, ErrBusy)
 		}
 		return
 	}
