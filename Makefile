@@ -19,10 +19,10 @@ TESTFLAGS ?=
 FUZZTIME  ?= 10s
 KAFKA_LIB := bench/.kafka-lib
 
-.PHONY: help build run test test-unit test-e2e vet fuzz-short fuzz tools bench clean
+.PHONY: help build run deps test test-unit test-e2e vet fuzz-short fuzz tools bench clean
 
 help:
-	@echo "targets: build run test test-unit test-e2e vet fuzz-short fuzz tools bench clean"
+	@echo "targets: build run deps test test-unit test-e2e vet fuzz-short fuzz tools bench clean"
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kaas
@@ -35,10 +35,15 @@ run: build
 tools:
 	bench/kafka-tools.sh fetch
 
+# Everything `make test` needs beyond Go, Java, Maven and python3 (kcat, python3-confluent-kafka
+# via apt when missing, Go modules, the Kafka Java tools); see .ci/deps. Quick when present.
+deps:
+	.ci/deps
+
 vet:
 	$(GO) vet ./...
 
-test: tools vet test-unit test-e2e
+test: deps vet test-unit test-e2e
 
 # All packages but the e2e one, with the race detector.
 test-unit:

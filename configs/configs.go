@@ -30,6 +30,7 @@ type Config struct {
 	NumEventLoops        int   // gnet loops; 0 = one per CPU
 	SocketRequestMaxByte int32 // socket.request.max.bytes
 	MaxInflightPerConn   int   // requests decoded but not yet answered, per connection
+	ConnMaxOutboundBytes int64 // connection.max.outbound.bytes: unread response bytes before a close
 
 	AutoCreateTopics       bool
 	NumPartitions          int32
@@ -61,6 +62,9 @@ type Config struct {
 	TransactionVersion      int16
 	TransactionReapInterval time.Duration
 	TransactionWorkers      int
+	// TransactionalIDExpiration is transactional.id.expiration.ms: a transactional.id whose
+	// entry is Empty or Complete* and has not changed for this long is removed (durably).
+	TransactionalIDExpiration time.Duration
 }
 
 // Default returns the configuration of `make run`: one broker, id 0, 127.0.0.1:9092, data in
@@ -74,6 +78,7 @@ func Default() Config {
 		LogLevel:             "info",
 		SocketRequestMaxByte: 100 << 20,
 		MaxInflightPerConn:   64,
+		ConnMaxOutboundBytes: 256 << 20, // four 55 MiB fetch.max.bytes responses and change
 
 		AutoCreateTopics:       true,
 		NumPartitions:          1,
@@ -104,6 +109,8 @@ func Default() Config {
 		TransactionVersion:      2,
 		TransactionReapInterval: 10 * time.Second,
 		TransactionWorkers:      1,
+		// Apache's default: 7 days.
+		TransactionalIDExpiration: 7 * 24 * time.Hour,
 	}
 }
 
@@ -137,6 +144,7 @@ func (c *Config) entries() []entry {
 		{"num.network.threads", kInt, &c.NumEventLoops, "event loops; 0 = one per CPU"},
 		{"socket.request.max.bytes", kInt32, &c.SocketRequestMaxByte, "largest request frame accepted; larger closes the connection"},
 		{"max.inflight.requests.per.connection", kInt, &c.MaxInflightPerConn, "decoded-but-unanswered requests per connection before reading pauses"},
+		{"connection.max.outbound.bytes", kInt64, &c.ConnMaxOutboundBytes, "response bytes a client has not read yet before its connection is closed (slow consumer); >= 2 × fetch.max.bytes"},
 		{"auto.create.topics.enable", kBool, &c.AutoCreateTopics, "create topics on Metadata requests that ask for it"},
 		{"num.partitions", kInt32, &c.NumPartitions, "partitions of auto-created topics"},
 		{"delete.topic.enable", kBool, &c.DeleteTopicEnable, "allow DeleteTopics"},
@@ -164,6 +172,7 @@ func (c *Config) entries() []entry {
 		{"transaction.version", kInt16, &c.TransactionVersion, "finalized transaction.version feature advertised in ApiVersions (1 or 2)"},
 		{"transaction.abort.timed.out.transaction.cleanup.interval.ms", kMillis, &c.TransactionReapInterval, "transaction timeout reaper period"},
 		{"transaction.coordinator.workers", kInt, &c.TransactionWorkers, "transaction coordinator workers, each owning slot % N and its own journal (one fdatasync per batch each)"},
+		{"transactional.id.expiration.ms", kMillis, &c.TransactionalIDExpiration, "idle time after which a transactional.id with no open transaction is removed"},
 	}
 }
 
@@ -352,6 +361,11 @@ func (c *Config) Validate() error {
 	if c.MaxInflightPerConn < 1 {
 		errs = append(errs, errors.New("max.inflight.requests.per.connection must be >= 1"))
 	}
+	if c.ConnMaxOutboundBytes < 2*int64(c.FetchMaxBytes) {
+		// A Fetch response may pass fetch.max.bytes by one batch (KIP-74), and the next
+		// response can be queued while the client still reads the previous one.
+		errs = append(errs, errors.New("connection.max.outbound.bytes must be >= 2 × fetch.max.bytes"))
+	}
 	if c.NumPartitions < 1 {
 		errs = append(errs, errors.New("num.partitions must be >= 1"))
 	}
@@ -363,6 +377,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TransactionVersion < 0 || c.TransactionVersion > 2 {
 		errs = append(errs, errors.New("transaction.version must be 0, 1 or 2"))
+	}
+	if c.TransactionalIDExpiration <= 0 {
+		errs = append(errs, errors.New("transactional.id.expiration.ms must be positive"))
 	}
 	if c.TransactionWorkers < 1 || c.TransactionWorkers > 50 {
 		errs = append(errs, errors.New("transaction.coordinator.workers must be 1..50 (there are 50 slots)"))

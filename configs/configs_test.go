@@ -79,3 +79,20 @@ func TestRejectsBadConfig(t *testing.T) {
 type devNull struct{}
 
 func (devNull) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestConnMaxOutboundBytesMustHoldFetches guards the slow-consumer cap against a value that
+// would close a consumer reading at full speed (one maximal Fetch response plus the next).
+func TestConnMaxOutboundBytesMustHoldFetches(t *testing.T) {
+	c := Default()
+	c.ConnMaxOutboundBytes = int64(c.FetchMaxBytes)
+	if err := c.Validate(); err == nil {
+		t.Fatal("connection.max.outbound.bytes == fetch.max.bytes accepted")
+	}
+	c.ConnMaxOutboundBytes = 2 * int64(c.FetchMaxBytes)
+	if err := c.Validate(); err != nil {
+		t.Fatalf("2 × fetch.max.bytes refused: %v", err)
+	}
+	if d := Default(); d.ConnMaxOutboundBytes < 4*int64(d.FetchMaxBytes) {
+		t.Fatalf("default cap %d holds fewer than four default fetch responses", d.ConnMaxOutboundBytes)
+	}
+}

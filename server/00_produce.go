@@ -4,6 +4,10 @@ package server
 //
 // Behavior:
 //   - acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition).
+//   - Per partition, the shared check (topology.go): TOPIC_AUTHORIZATION_FAILED (Write on the
+//     topic), UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION for __consumer_offsets and
+//     __transaction_state (only their coordinators write there, as in Apache), then
+//     NOT_LEADER_OR_FOLLOWER when the topology says another broker leads the partition.
 //   - Each partition's records must be exactly one valid v2 batch (codec.ValidateProduce):
 //     CORRUPT_MESSAGE / INVALID_RECORD / MESSAGE_TOO_LARGE / INVALID_TIMESTAMP otherwise, and
 //     nothing of that partition is written. Other partitions of the request are unaffected.
@@ -24,7 +28,8 @@ package server
 //     the transaction does not include is rejected, not appended.
 //
 // Version notes: v3 transactional id + magic 2 only; v5 LogStartOffset; v8 record errors;
-// v9 flexible; v10 leader hints (KIP-951, unused: we are the only leader); v11 TRANSACTION_ABORTABLE;
+// v9 flexible; v10 leader hints (KIP-951: CurrentLeader and the leader's endpoint on
+// NOT_LEADER_OR_FOLLOWER, from the topology); v11 TRANSACTION_ABORTABLE;
 // v12 TV2: the leader adds the partition to the transaction itself (KIP-890 part 2), advertised
 // only while transaction.version 2 is served.
 
@@ -83,7 +88,6 @@ type produceWait struct {
 func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	store := rc.s.deps.Store
 	now := time.Now().UnixMilli()
 	acksOK := req.Acks == -1 || req.Acks == 0 || req.Acks == 1
 	op := &produceOp{rc: rc, req: req, resp: resp}
@@ -93,6 +97,7 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 	}
 	op.appends = make([]produceAppend, 0, nParts)
 	txnAuth := int8(0) // 0 unknown, 1 allowed, -1 denied: checked once, only if a batch is transactional
+	var hints *leaderHints
 
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i := range req.Topics {
@@ -101,34 +106,33 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 		*ot = kmsg.NewProduceResponseTopic()
 		ot.Topic = rt.Topic
 		ot.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
-		t := store.Topic(rt.Topic)
-		writeOK := rc.authorized(OpWrite, ResTopic, rt.Topic)
+		var tr topicRef
+		if acksOK {
+			tr = rc.lookupTopic(OpWrite, rt.Topic)
+		}
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
 			out := &ot.Partitions[j]
 			*out = kmsg.NewProduceResponseTopicPartition()
 			out.Partition = rp.Partition
 			out.BaseOffset, out.LogAppendTime, out.LogStartOffset = -1, -1, -1
-			switch {
-			case !acksOK:
+			if !acksOK {
 				out.ErrorCode = codec.CodeInvalidRequiredAcks
 				continue
-			case !writeOK:
-				out.ErrorCode = codec.CodeTopicAuthorizationFailed
-				continue
-			case t == nil:
-				out.ErrorCode = codec.CodeUnknownTopicOrPartition
+			}
+			// Internal topics answer INVALID_TOPIC_EXCEPTION here (localPartition: OpWrite).
+			lp, code := rc.localPartition(&tr, rp.Partition, -1)
+			if code != codec.CodeNone {
+				out.ErrorCode = code
+				if code == codec.CodeNotLeaderForPartition && req.Version >= 10 {
+					if hints == nil {
+						hints = &leaderHints{s: rc.s}
+					}
+					out.CurrentLeader.LeaderID, out.CurrentLeader.LeaderEpoch = hints.hint(rt.Topic, rp.Partition)
+				}
 				continue
 			}
-			p := t.Partition(rp.Partition)
-			if p == nil {
-				out.ErrorCode = codec.CodeUnknownTopicOrPartition
-				continue
-			}
-			if !rc.s.deps.Owner.LeadsPartition(rt.Topic, rp.Partition) {
-				out.ErrorCode = codec.CodeNotLeaderForPartition
-				continue
-			}
+			p, t := lp.p, tr.t
 			cfg := t.Config()
 			b, code := codec.ValidateProduce(rp.Records, codec.ValidateOptions{
 				MaxMessageBytes:      cfg.MaxMessageBytes,
@@ -157,6 +161,17 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 				a.txn = true
 			}
 			op.appends = append(op.appends, a)
+		}
+	}
+
+	if hints != nil {
+		for _, b := range hints.nodes {
+			nb := kmsg.NewProduceResponseBroker()
+			nb.NodeID, nb.Host, nb.Port = b.id, b.host, b.port
+			if b.rack != "" {
+				nb.Rack = kmsg.StringPtr(b.rack)
+			}
+			resp.Brokers = append(resp.Brokers, nb)
 		}
 	}
 
@@ -372,7 +387,7 @@ func (op *produceOp) verifyAll(then func()) {
 			setAll(idx, codec.CodeCoordinatorNotAvailable)
 			oneDone()
 			continue
-		case !rc.s.deps.Owner.OwnsTransactionalID(tid):
+		case !rc.s.txnOwner(tid).Local:
 			// Cluster mode would send AddPartitionsToTxn to the coordinator broker; until that
 			// client exists a non-coordinator leader answers the retriable disguise.
 			setAll(idx, codec.CodeNotCoordinator)
@@ -411,7 +426,7 @@ func (op *produceOp) verifyAll(then func()) {
 }
 
 // translateVerifyError maps a coordinator answer to what the producer understands, as Apache's
-// AddPartitionsToTxnManager does (kafka-contracts §1.3):
+// AddPartitionsToTxnManager does (KIP-890):
 //   - PRODUCER_FENCED → INVALID_PRODUCER_EPOCH (Produce never returns 90; 47 is abortable);
 //   - TRANSACTION_ABORTABLE → INVALID_TXN_STATE unless Produce >= v11 understands it;
 //   - CONCURRENT_TRANSACTIONS on Produce v12 stays CONCURRENT_TRANSACTIONS (KAFKA-18662: a TV2

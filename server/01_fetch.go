@@ -18,7 +18,9 @@ package server
 //     data; empty when no records are returned.
 //   - Errors, checked in Apache's order: UNKNOWN_TOPIC_ID (v13+, id not known),
 //     TOPIC_AUTHORIZATION_FAILED (Read on the topic), UNKNOWN_TOPIC_OR_PARTITION,
-//     NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v9+ CurrentLeaderEpoch),
+//     NOT_LEADER_OR_FOLLOWER (the topology says another broker leads it),
+//     FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (v9+ CurrentLeaderEpoch older / newer than the
+//     topology's leader epoch; -1 skips the check) — the shared check of topology.go — then
 //     OFFSET_OUT_OF_RANGE (fetch offset < log start or > log end), UNSUPPORTED_COMPRESSION_TYPE
 //     (zstd batches to a v<10 fetcher, KIP-110). Error partitions carry -1 offsets, except
 //     OFFSET_OUT_OF_RANGE which keeps the partition's HWM / LSO / log start (Apache sends -1
@@ -28,11 +30,17 @@ package server
 //     HWM moved), re-reads when one fires and answers once MinBytes is reached, at MaxWaitMillis,
 //     or when the connection / server goes away. The executor is never blocked.
 //   - Sessions (KIP-227, v7+): see fetch_session.go.
+//   - __consumer_offsets and __transaction_state (internal topics, no storage log: the state
+//     they stand for lives in the coordinators' journals) read as an empty log: log start = HWM
+//     = LSO = 0, no records, fetch offset 0 long-polls until MaxWaitMillis, any other offset is
+//     OFFSET_OUT_OF_RANGE. Apache would return its coordinator records, which no client needs
+//     (kgo and the Java consumer skip internal topics unless told otherwise).
 //
 // Version notes: v4 isolation level, LSO, aborted txns; v5 log start offset; v7 sessions;
 // v9 CurrentLeaderEpoch; v10 zstd; v11 rack / preferred read replica; v12 flexible, diverging
-// epoch tags (unused: one leader epoch); v13 topic ids; v15 ReplicaState (followers only);
-// v16-17 leader hints and directory ids (followers / KIP-951, unused here).
+// epoch tags (for followers; unused); v13 topic ids; v15 ReplicaState (followers only);
+// v16 leader hints (KIP-951: CurrentLeader and the leader's endpoint on NOT_LEADER_OR_FOLLOWER /
+// FENCED_LEADER_EPOCH, from the topology); v17 directory ids (followers only).
 
 import (
 	"errors"
@@ -54,8 +62,8 @@ func init() { register(kmsg.Fetch, 4, 17, handleFetch) }
 // encoded.
 var fetchBufPool bytebufferpool.Pool
 
-// mFetchWaiting counts long-polling fetches (deferred, waiting for data or MaxWaitMillis).
-var mFetchWaiting = metrics.NewCounter(`kaas_fetch_requests_waiting`)
+// mFetchWaiting is the number of long-polling fetches now (deferred, waiting for data or MaxWaitMillis).
+var mFetchWaiting = metrics.NewGauge(`kaas_fetch_requests_waiting`, nil)
 
 // fetchCloseCheck is how often a waiting fetch looks whether its connection or the server has
 // gone away (there is no close channel to select on).
@@ -202,14 +210,26 @@ func (op *fetchOp) read() (total int, mustAnswer bool) {
 		limit = 0
 	}
 	minOne := true // KIP-74: the first non-empty partition may exceed the limits by one batch
+	var memo fetchTopicMemo
 	for i := range parts {
 		fp := &parts[i]
 		r := &op.results[i]
 		*r = fetchPartResult{code: codec.CodeNone, hwm: -1, lso: -1, logStart: -1, start: len(op.buf.B), end: len(op.buf.B)}
-		p, code := op.resolve(fp)
+		lp, code := op.resolve(fp, &memo)
 		if code != codec.CodeNone {
 			r.code = code
 			mustAnswer = true
+			continue
+		}
+		p := lp.p
+		if p == nil {
+			// A partition of an internal topic reads as an empty log (see the header).
+			r.hwm, r.lso, r.logStart = 0, 0, 0
+			op.waitOn = append(op.waitOn, neverChanged)
+			if fp.fetchOffset != 0 {
+				r.code = codec.CodeOffsetOutOfRange
+				mustAnswer = true
+			}
 			continue
 		}
 		op.waitOn = append(op.waitOn, p.Changed())
@@ -271,38 +291,44 @@ func (op *fetchOp) read() (total int, mustAnswer bool) {
 	return total, mustAnswer
 }
 
-// resolve finds the partition of fp and checks the errors Apache checks before reading.
-func (op *fetchOp) resolve(fp *fetchPartReq) (*storage.Partition, int16) {
-	rc := op.rc
-	store := rc.s.deps.Store
-	var t *storage.Topic
-	name := fp.topic
-	if op.ctx.topicID {
-		if t = store.TopicByID(fp.topicID); t == nil {
-			return nil, codec.CodeUnknownTopicID
-		}
-		name = t.Name
-	}
-	if !rc.authorized(OpRead, ResTopic, name) {
-		return nil, codec.CodeTopicAuthorizationFailed
-	}
-	if t == nil {
-		if t = store.Topic(name); t == nil {
-			return nil, codec.CodeUnknownTopicOrPartition
-		}
-	}
-	p := t.Partition(fp.partition)
-	if p == nil {
-		return nil, codec.CodeUnknownTopicOrPartition
-	}
-	if !rc.s.deps.Owner.LeadsPartition(name, fp.partition) {
-		return nil, codec.CodeNotLeaderForPartition
-	}
-	if code := checkLeaderEpoch(fp.currentLeaderEpoch); code != codec.CodeNone {
-		return nil, code
-	}
-	return p, codec.CodeNone
+// fetchTopicMemo keeps the topic last looked up during one read pass, so consecutive partitions
+// of a topic share the authorization and the lookup. It lives for one pass only: a long-poll
+// re-read sees a deleted topic or a changed ACL.
+type fetchTopicMemo struct {
+	valid   bool
+	topic   string
+	topicID [16]byte
+	idCode  int16 // UNKNOWN_TOPIC_ID: the id resolves to no topic
+	tr      topicRef
 }
+
+// resolve finds the partition of fp through the shared check (topology.go). A v13+ fetch names
+// topics by id: an unknown id answers UNKNOWN_TOPIC_ID before anything is authorized, as Apache.
+func (op *fetchOp) resolve(fp *fetchPartReq, m *fetchTopicMemo) (leaderPart, int16) {
+	rc := op.rc
+	byID := op.ctx.topicID
+	if !m.valid || (byID && m.topicID != fp.topicID) || (!byID && m.topic != fp.topic) {
+		*m = fetchTopicMemo{valid: true, topic: fp.topic, topicID: fp.topicID}
+		name := fp.topic
+		if byID {
+			var ok bool
+			if name, ok = rc.s.topicNameByID(fp.topicID); !ok {
+				m.idCode = codec.CodeUnknownTopicID
+			}
+		}
+		if m.idCode == codec.CodeNone {
+			m.tr = rc.lookupTopic(OpRead, name)
+		}
+	}
+	if m.idCode != codec.CodeNone {
+		return leaderPart{}, m.idCode
+	}
+	return rc.localPartition(&m.tr, fp.partition, fp.currentLeaderEpoch)
+}
+
+// neverChanged is the Changed() channel of an internal topic's partition: nothing is ever
+// appended to it, so a long-poll on it waits out MaxWaitMillis like one on an idle partition.
+var neverChanged = make(chan struct{})
 
 // wait is the long-poll: it runs on its own goroutine and answers exactly once.
 //
@@ -380,6 +406,7 @@ func (op *fetchOp) answer() {
 	if op.ctx.kind != fetchSessionError {
 		usesIDs := op.ctx.topicID
 		var cur *kmsg.FetchResponseTopic
+		var hints *leaderHints
 		for i := range op.ctx.parts {
 			if !keep[i] {
 				continue
@@ -399,6 +426,16 @@ func (op *fetchOp) answer() {
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition = fp.partition
 			rp.ErrorCode = r.code
+			if op.version >= 16 && (r.code == codec.CodeNotLeaderForPartition || r.code == codec.CodeFencedLeaderEpoch) {
+				name := fp.topic
+				if usesIDs {
+					name, _ = op.rc.s.topicNameByID(fp.topicID)
+				}
+				if hints == nil {
+					hints = &leaderHints{s: op.rc.s}
+				}
+				rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = hints.hint(name, fp.partition)
+			}
 			rp.HighWatermark = r.hwm
 			rp.LastStableOffset = r.lso
 			rp.LogStartOffset = r.logStart
@@ -417,6 +454,16 @@ func (op *fetchOp) answer() {
 				rp.RecordBatches = op.buf.B[r.start:r.end]
 			}
 			cur.Partitions = append(cur.Partitions, rp)
+		}
+		if hints != nil {
+			for _, b := range hints.nodes {
+				nb := kmsg.NewFetchResponseBroker()
+				nb.NodeID, nb.Host, nb.Port = b.id, b.host, b.port
+				if b.rack != "" {
+					nb.Rack = kmsg.StringPtr(b.rack)
+				}
+				resp.Brokers = append(resp.Brokers, nb)
+			}
 		}
 	}
 	op.rc.reply(resp) // encodes synchronously; the records are copied out of op.buf

@@ -5,7 +5,8 @@ package server
 // Behavior (Apache's KafkaApis.handleListOffsetRequest → Partition.fetchOffsetForTimestamp):
 //   - A partition named twice in one request answers INVALID_REQUEST for every occurrence.
 //   - TOPIC_AUTHORIZATION_FAILED without Describe on the topic, then UNKNOWN_TOPIC_OR_PARTITION,
-//     NOT_LEADER_OR_FOLLOWER, and the KIP-320 CurrentLeaderEpoch check (checkLeaderEpoch).
+//     NOT_LEADER_OR_FOLLOWER, and the KIP-320 CurrentLeaderEpoch check against the topology's
+//     leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH): the shared check of topology.go.
 //   - Timestamp:
 //     -2 EARLIEST             → log start offset
 //     -1 LATEST               → high watermark, or the LSO at READ_COMMITTED (fetchUpperBound)
@@ -18,8 +19,12 @@ package server
 //     The special offsets carry timestamp -1. A lookup by timestamp (and -3) that finds nothing,
 //     or finds an offset at or past the isolation's upper bound (not yet visible to consumers),
 //     answers offset -1 / timestamp -1 / epoch -1, as Apache filters on lastFetchableOffset.
-//   - LeaderEpoch is 0: one broker leads every partition at epoch 0 from offset 0, and Metadata
-//     advertises epoch 0.
+//   - LeaderEpoch is the partition's current leader epoch (the topology's; 0 on a single
+//     broker), the epoch Metadata advertises. Apache answers the epoch of the record found from
+//     its epoch cache; a shared-volume log keeps no epoch cache and is never truncated on a
+//     leader change, so the current epoch is the only one a client can check against.
+//   - __consumer_offsets / __transaction_state (internal, no storage log) answer as an empty
+//     log: EARLIEST / LATEST offset 0, every lookup by timestamp offset -1.
 //
 // Version notes: v1 single offset; v2 isolation level; v4 CurrentLeaderEpoch / LeaderEpoch;
 // v5 OFFSET_NOT_AVAILABLE possible (never here: no leader change); v6 flexible; v7 -3; v8 -4;
@@ -30,13 +35,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
-	"github.com/kaas-go/kaas/storage"
 )
 
 func init() { register(kmsg.ListOffsets, 1, 10, handleListOffsets) }
-
-// partitionLeaderEpoch is the leader epoch of every partition: a single broker, no elections.
-const partitionLeaderEpoch int32 = 0
 
 // Kafka's ListOffsetsRequest special timestamps.
 const (
@@ -47,24 +48,9 @@ const (
 	listOffsetsLatestTiered  int64 = -5
 )
 
-// checkLeaderEpoch is Kafka's Partition.checkCurrentLeaderEpoch (KIP-320): -1 means "no check";
-// a smaller epoch than ours is fenced, a larger one is unknown to us.
-func checkLeaderEpoch(requested int32) int16 {
-	switch {
-	case requested == -1:
-		return codec.CodeNone
-	case requested < partitionLeaderEpoch:
-		return codec.CodeFencedLeaderEpoch
-	case requested > partitionLeaderEpoch:
-		return codec.CodeUnknownLeaderEpoch
-	}
-	return codec.CodeNone
-}
-
 func handleListOffsets(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.ListOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-	store := rc.s.deps.Store
 
 	type tp struct {
 		topic string
@@ -83,64 +69,59 @@ func handleListOffsets(rc *reqCtx) (kmsg.Response, error) {
 		ot := &resp.Topics[i]
 		*ot = kmsg.NewListOffsetsResponseTopic()
 		ot.Topic = rt.Topic
-		authorized := rc.authorized(OpDescribe, ResTopic, rt.Topic)
-		var t *storage.Topic
-		if authorized {
-			t = store.Topic(rt.Topic)
-		}
+		tr := rc.lookupTopic(OpDescribe, rt.Topic)
 		ot.Partitions = make([]kmsg.ListOffsetsResponseTopicPartition, len(rt.Partitions))
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
 			op := &ot.Partitions[j]
 			*op = kmsg.NewListOffsetsResponseTopicPartition()
 			op.Partition = rp.Partition
-			switch {
-			case seen[tp{rt.Topic, rp.Partition}] > 1:
+			if seen[tp{rt.Topic, rp.Partition}] > 1 {
 				op.ErrorCode = codec.CodeInvalidRequest
-			case !authorized:
-				op.ErrorCode = codec.CodeTopicAuthorizationFailed
-			case t == nil:
-				op.ErrorCode = codec.CodeUnknownTopicOrPartition
-			default:
-				listOffsetsPartition(rc, t, rp, req.IsolationLevel, op)
+				continue
 			}
+			lp, code := rc.localPartition(&tr, rp.Partition, rp.CurrentLeaderEpoch)
+			if code != codec.CodeNone {
+				op.ErrorCode = code
+				continue
+			}
+			listOffsetsPartition(lp, rp, req.IsolationLevel, op)
 		}
 	}
 	return resp, nil
 }
 
-func listOffsetsPartition(rc *reqCtx, t *storage.Topic, rp *kmsg.ListOffsetsRequestTopicPartition, isolation int8, op *kmsg.ListOffsetsResponseTopicPartition) {
-	p := t.Partition(rp.Partition)
+// listOffsetsPartition answers one partition we lead. A partition of an internal topic is an
+// empty log: log start = end = 0.
+func listOffsetsPartition(lp leaderPart, rp *kmsg.ListOffsetsRequestTopicPartition, isolation int8, op *kmsg.ListOffsetsResponseTopicPartition) {
+	p, epoch := lp.p, lp.epoch
 	if p == nil {
-		op.ErrorCode = codec.CodeUnknownTopicOrPartition
-		return
-	}
-	if !rc.s.deps.Owner.LeadsPartition(t.Name, rp.Partition) {
-		op.ErrorCode = codec.CodeNotLeaderForPartition
-		return
-	}
-	if code := checkLeaderEpoch(rp.CurrentLeaderEpoch); code != codec.CodeNone {
-		op.ErrorCode = code
+		switch rp.Timestamp {
+		case listOffsetsEarliest, listOffsetsEarliestLocal, listOffsetsLatest:
+			op.Offset, op.Timestamp, op.LeaderEpoch = 0, -1, epoch
+		default: // nothing to find by timestamp, nothing tiered
+			op.Offset, op.Timestamp, op.LeaderEpoch = -1, -1, -1
+		}
 		return
 	}
 	switch rp.Timestamp {
 	case listOffsetsEarliest, listOffsetsEarliestLocal:
-		op.Offset, op.Timestamp, op.LeaderEpoch = p.LogStartOffset(), -1, partitionLeaderEpoch
+		op.Offset, op.Timestamp, op.LeaderEpoch = p.LogStartOffset(), -1, epoch
 	case listOffsetsLatest:
-		op.Offset, op.Timestamp, op.LeaderEpoch = fetchUpperBound(p, isolation), -1, partitionLeaderEpoch
+		op.Offset, op.Timestamp, op.LeaderEpoch = fetchUpperBound(p, isolation), -1, epoch
 	case listOffsetsLatestTiered:
 		op.Offset, op.Timestamp, op.LeaderEpoch = -1, -1, -1
 	case listOffsetsMaxTimestamp:
 		upTo := fetchUpperBound(p, isolation)
 		off, ts := p.MaxTimestamp()
 		if off >= 0 && off < upTo {
-			op.Offset, op.Timestamp, op.LeaderEpoch = off, ts, partitionLeaderEpoch
+			op.Offset, op.Timestamp, op.LeaderEpoch = off, ts, epoch
 		}
 	default:
 		upTo := fetchUpperBound(p, isolation)
 		off, ts, found := p.OffsetForTimestamp(rp.Timestamp)
 		if found && off < upTo {
-			op.Offset, op.Timestamp, op.LeaderEpoch = off, ts, partitionLeaderEpoch
+			op.Offset, op.Timestamp, op.LeaderEpoch = off, ts, epoch
 		}
 	}
 }

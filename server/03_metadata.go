@@ -3,8 +3,16 @@ package server
 // Metadata: v0-12
 //
 // Behavior:
-//   - One broker (us) leads every partition, with leader epoch 0 (no elections on a single
-//     broker), replicas = ISR = [us].
+//   - Brokers, controller, leaders and leader epochs come from the topology (topology.go): the
+//     live brokers that have an endpoint on our listener, and per partition its owner as leader at
+//     the owner's epoch, replicas = ISR = [leader] (a shared volume has no followers). A partition
+//     with no registered owner, or whose owner is not a listed live broker, answers
+//     LEADER_NOT_AVAILABLE (5) with leader -1, as Apache. A single broker leads everything at
+//     epoch 0.
+//   - __consumer_offsets and __transaction_state are listed (when named, and among all topics,
+//     as Apache does) with is_internal=true and 50 partitions; partition N's leader and epoch are
+//     those of group shard N / transaction slot N. They are never auto-created (they exist).
+//     Their topic ids are derived from the cluster id (internalTopic).
 //   - Topics nil (v1+: null) = every topic; an empty list = none; v10+ topics may be named by ID.
 //   - Auto-creation: when the broker allows it (auto.create.topics.enable) and the request does
 //     (AllowAutoTopicCreation, v4+; implicitly true before v4), a missing topic is created with
@@ -23,6 +31,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/storage"
 )
 
@@ -34,39 +43,82 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.MetadataRequest)
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 	s := rc.s
-	host, port := s.advertised()
-	b := kmsg.NewMetadataResponseBroker()
-	b.NodeID, b.Host, b.Port = s.cfg.BrokerID, host, port
-	resp.Brokers = append(resp.Brokers, b)
+	topo := s.deps.Topology
+	brokers := s.liveBrokers()
+	for _, lb := range brokers {
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port = lb.id, lb.host, lb.port
+		if lb.rack != "" {
+			rack := lb.rack
+			b.Rack = &rack
+		}
+		resp.Brokers = append(resp.Brokers, b)
+	}
 	cid := s.clusterID
 	resp.ClusterID = &cid
-	resp.ControllerID = s.cfg.BrokerID
+	resp.ControllerID = topo.Controller()
 	resp.AuthorizedOperations = authorizedOpsNotRequested
 	if req.IncludeClusterAuthorizedOperations && req.Version <= 10 {
 		resp.AuthorizedOperations = 0
 	}
 
 	store := s.deps.Store
-	addTopic := func(t *storage.Topic) {
-		mt := kmsg.NewMetadataResponseTopic()
-		name := t.Name
-		mt.Topic = &name
-		mt.TopicID = t.ID
-		mt.AuthorizedOperations = authorizedOpsNotRequested
-		if req.IncludeTopicAuthorizedOperations {
-			mt.AuthorizedOperations = 0
+	// Replicas and ISR are [leader]; the encoder only reads them, so partitions led by the same
+	// broker share one slice (a single broker allocates one for the whole response).
+	var sets [][]int32
+	replicaSet := func(id int32) []int32 {
+		for _, set := range sets {
+			if set[0] == id {
+				return set
+			}
 		}
-		n := t.NumPartitions()
+		set := []int32{id}
+		sets = append(sets, set)
+		return set
+	}
+	addPartitions := func(mt *kmsg.MetadataResponseTopic, name string, n int32) {
 		mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, n)
 		for p := int32(0); p < n; p++ {
 			mp := kmsg.NewMetadataResponseTopicPartition()
 			mp.Partition = p
-			mp.Leader = s.cfg.BrokerID
-			mp.LeaderEpoch = 0
-			mp.Replicas = []int32{s.cfg.BrokerID}
-			mp.ISR = []int32{s.cfg.BrokerID}
+			o := topology.PartitionOwner(topo, name, p)
+			mp.LeaderEpoch = o.Epoch
+			leader := o.Known
+			if leader && !o.Local {
+				_, leader = findBroker(brokers, o.Broker)
+			}
+			if leader {
+				mp.Leader = o.Broker
+				mp.Replicas = replicaSet(o.Broker)
+				mp.ISR = mp.Replicas
+			} else {
+				mp.Leader = -1
+				mp.ErrorCode = codec.CodeLeaderNotAvailable
+				mp.Replicas = []int32{}
+				mp.ISR = []int32{}
+			}
 			mt.Partitions = append(mt.Partitions, mp)
 		}
+	}
+	newTopic := func(name string, id [16]byte) kmsg.MetadataResponseTopic {
+		mt := kmsg.NewMetadataResponseTopic()
+		mt.Topic = &name
+		mt.TopicID = id
+		mt.AuthorizedOperations = authorizedOpsNotRequested
+		if req.IncludeTopicAuthorizedOperations {
+			mt.AuthorizedOperations = 0
+		}
+		return mt
+	}
+	addTopic := func(t *storage.Topic) {
+		mt := newTopic(t.Name, t.ID)
+		addPartitions(&mt, t.Name, t.NumPartitions())
+		resp.Topics = append(resp.Topics, mt)
+	}
+	addInternal := func(it *internalTopic) {
+		mt := newTopic(it.name, it.id)
+		mt.IsInternal = true
+		addPartitions(&mt, it.name, it.partitions)
 		resp.Topics = append(resp.Topics, mt)
 	}
 	errTopic := func(name *string, id [16]byte, code int16) {
@@ -78,8 +130,13 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 
 	if req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0) {
 		for _, t := range store.Topics() {
-			if rc.authorized(OpDescribe, ResTopic, t.Name) {
+			if rc.s.internalByName(t.Name) == nil && rc.authorized(OpDescribe, ResTopic, t.Name) {
 				addTopic(t)
+			}
+		}
+		for i := range s.internal {
+			if rc.authorized(OpDescribe, ResTopic, s.internal[i].name) {
+				addInternal(&s.internal[i])
 			}
 		}
 		return resp, nil
@@ -88,7 +145,9 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 	for _, rt := range req.Topics {
 		if rt.Topic == nil || *rt.Topic == "" {
 			// Lookup by topic ID (v10+).
-			if t := store.TopicByID(rt.TopicID); t != nil && rc.authorized(OpDescribe, ResTopic, t.Name) {
+			if it := s.internalByID(rt.TopicID); it != nil && rc.authorized(OpDescribe, ResTopic, it.name) {
+				addInternal(it)
+			} else if t := store.TopicByID(rt.TopicID); t != nil && rc.authorized(OpDescribe, ResTopic, t.Name) {
 				addTopic(t)
 			} else {
 				errTopic(nil, rt.TopicID, codec.CodeUnknownTopicID)
@@ -98,6 +157,10 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 		name := *rt.Topic
 		if !rc.authorized(OpDescribe, ResTopic, name) {
 			errTopic(rt.Topic, [16]byte{}, codec.CodeTopicAuthorizationFailed)
+			continue
+		}
+		if it := s.internalByName(name); it != nil {
+			addInternal(it)
 			continue
 		}
 		t := store.Topic(name)

@@ -45,7 +45,7 @@ func handleJoinGroup(rc *reqCtx) (kmsg.Response, error) {
 // ---- helpers shared by the group handlers (08, 09, 10-16, 42, 47) ----
 
 // groupGate is the common prologue of the group APIs: ACL on the group, a coordinator present,
-// and ownership of the group.
+// ownership of the group, and its shard loaded.
 func (rc *reqCtx) groupGate(op Operation, groupID string) int16 {
 	if !rc.authorized(op, ResGroup, groupID) {
 		return codec.CodeGroupAuthorizationFailed
@@ -53,10 +53,11 @@ func (rc *reqCtx) groupGate(op Operation, groupID string) int16 {
 	if rc.s.deps.Groups == nil {
 		return codec.CodeCoordinatorNotAvailable
 	}
-	if !rc.s.deps.Owner.OwnsGroup(groupID) {
+	if !rc.s.groupOwner(groupID).Local {
 		return codec.CodeNotCoordinator
 	}
-	return codec.CodeNone
+	// The group's shard must be loaded here (14 while it loads, 16 once released).
+	return rc.s.deps.Groups.Serving(groupID)
 }
 
 // clientHost is the member's host as Kafka reports it in DescribeGroups ("/127.0.0.1").

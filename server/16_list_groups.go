@@ -44,9 +44,14 @@ func handleListGroups(rc *reqCtx) (kmsg.Response, error) {
 	if req.Version >= 4 {
 		states = req.StatesFilter
 	}
+	if rc.s.deps.Groups.Loading() {
+		// Apache answers COORDINATOR_LOAD_IN_PROGRESS while any of its group shards loads, and
+		// still lists the groups it has.
+		resp.ErrorCode = codec.CodeCoordinatorLoadInProgress
+	}
 	all := rc.authorized(OpDescribe, ResCluster, "kafka-cluster")
 	for _, g := range rc.s.deps.Groups.ListGroups(states) {
-		if !rc.s.deps.Owner.OwnsGroup(g.Group) || (!all && !rc.authorized(OpDescribe, ResGroup, g.Group)) {
+		if !rc.s.groupOwner(g.Group).Local || (!all && !rc.authorized(OpDescribe, ResGroup, g.Group)) {
 			continue
 		}
 		lg := kmsg.NewListGroupsResponseGroup()

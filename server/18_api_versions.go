@@ -49,7 +49,11 @@ func (s *Server) features() []feature {
 	if fin > served {
 		fin = served
 	}
-	return []feature{{name: "transaction.version", min: 0, max: served, finalized: fin, finalizeEpoch: 1}}
+	epoch := s.deps.FeaturesEpoch
+	if epoch < 1 {
+		epoch = 1 // a server built without StartBroker (tests): nothing persisted
+	}
+	return []feature{{name: "transaction.version", min: 0, max: served, finalized: fin, finalizeEpoch: epoch}}
 }
 
 // transactionVersionServed is the highest transaction.version served: 2 = KIP-890 part 2 (Produce

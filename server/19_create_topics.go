@@ -8,7 +8,9 @@ package server
 //   - CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED (29).
 //   - Name validity (Kafka's Topic.validate: non-empty, not "." or "..", at most 249 characters of
 //     [a-zA-Z0-9._-], no '.'/'_' collision with an existing topic) → INVALID_TOPIC_EXCEPTION (17).
-//   - Existing topic → TOPIC_ALREADY_EXISTS (36), also for ValidateOnly.
+//   - Existing topic → TOPIC_ALREADY_EXISTS (36), also for ValidateOnly. __consumer_offsets and
+//     __transaction_state always exist (Apache answers 36 for them once they are created, which
+//     a running Apache cluster has done at its first FindCoordinator).
 //   - Partitions and replicas. Either NumPartitions/ReplicationFactor, where -1 picks the broker
 //     default (num.partitions; replication factor 1), or an explicit ReplicaAssignment (both
 //     counts must then be -1, else INVALID_REQUEST). One broker means the only legal replication
@@ -93,11 +95,11 @@ func createOneTopic(rc *reqCtx, req *kmsg.CreateTopicsRequest, rt *kmsg.CreateTo
 		setCreateErr(st, codec.CodeInvalidTopicException, err.Error())
 		return
 	}
-	if store.Topic(rt.Topic) != nil {
+	if store.Topic(rt.Topic) != nil || rc.s.internalByName(rt.Topic) != nil {
 		setCreateErr(st, codec.CodeTopicAlreadyExists, fmt.Sprintf("Topic '%s' already exists.", rt.Topic))
 		return
 	}
-	if other := collidingTopic(store, rt.Topic); other != "" {
+	if other := collidingTopic(rc.s, rt.Topic); other != "" {
 		setCreateErr(st, codec.CodeInvalidTopicException,
 			fmt.Sprintf("Topic '%s' collides with existing topic '%s': '.' and '_' are interchangeable in metric names.", rt.Topic, other))
 		return
@@ -226,12 +228,18 @@ func checkReplicas(rc *reqCtx, replicas []int32) (int16, string) {
 
 // collidingTopic returns an existing topic whose name differs from name only by '.' versus '_'
 // (Kafka refuses such pairs because their metric names would be the same).
-func collidingTopic(store *storage.Store, name string) string {
+// The internal topics count as existing.
+func collidingTopic(s *Server, name string) string {
 	if !strings.ContainsAny(name, "._") {
 		return ""
 	}
 	norm := strings.ReplaceAll(name, ".", "_")
-	for _, t := range store.Topics() {
+	for i := range s.internal {
+		if n := s.internal[i].name; n != name && strings.ReplaceAll(n, ".", "_") == norm {
+			return n
+		}
+	}
+	for _, t := range s.deps.Store.Topics() {
 		if t.Name != name && strings.ReplaceAll(t.Name, ".", "_") == norm {
 			return t.Name
 		}

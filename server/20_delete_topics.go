@@ -11,6 +11,8 @@ package server
 //   - DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED (29). For a lookup by ID the ID is
 //     resolved first, and an unauthorized caller learns nothing about whether it exists.
 //   - Unknown name → UNKNOWN_TOPIC_OR_PARTITION (3); unknown ID → UNKNOWN_TOPIC_ID (100).
+//   - __consumer_offsets / __transaction_state (by name or by their ID), once authorized →
+//     INVALID_TOPIC_EXCEPTION (17): internal topics cannot be deleted, as in Apache.
 //   - Deletion is synchronous: when the response is sent the topic is gone from Metadata, and a
 //     topic re-created under the same name gets a new topic ID.
 //   - The v6 response carries the name and the ID of every deleted topic, whichever was asked for.
@@ -86,6 +88,9 @@ func deleteOneTopic(rc *reqCtx, version int16, w *kmsg.DeleteTopicsRequestTopic,
 		if !rc.authorized(OpDelete, ResTopic, name) {
 			return codec.CodeTopicAuthorizationFailed, ""
 		}
+		if rc.s.internalByName(name) != nil {
+			return codec.CodeInvalidTopicException, fmt.Sprintf("Topic '%s' is internal and cannot be deleted.", name)
+		}
 		if t = store.Topic(name); t == nil {
 			return codec.CodeUnknownTopicOrPartition, fmt.Sprintf("Topic '%s' does not exist.", name)
 		}
@@ -94,6 +99,12 @@ func deleteOneTopic(rc *reqCtx, version int16, w *kmsg.DeleteTopicsRequestTopic,
 			return codec.CodeInvalidRequest, "The topic ID appears more than once in the request."
 		}
 		seenIDs[w.TopicID] = true
+		if it := rc.s.internalByID(w.TopicID); it != nil {
+			if !rc.authorized(OpDelete, ResTopic, it.name) {
+				return codec.CodeTopicAuthorizationFailed, ""
+			}
+			return codec.CodeInvalidTopicException, fmt.Sprintf("Topic '%s' is internal and cannot be deleted.", it.name)
+		}
 		t = store.TopicByID(w.TopicID)
 		if t == nil {
 			return codec.CodeUnknownTopicID, "No topic has this topic ID."

@@ -58,7 +58,6 @@ var initTransactionalProducer = func(rc *reqCtx, req *kmsg.InitProducerIDRequest
 		return resp, nil
 	}
 	tc := rc.s.deps.Txn
-	w := rc.s.deps.Markers
 	p := txn.InitProducerIDParams{TransactionalID: tid, TimeoutMs: req.TransactionTimeoutMillis,
 		ProducerID: -1, ProducerEpoch: -1, Version: req.Version}
 	if req.Version >= 3 {
@@ -72,13 +71,8 @@ var initTransactionalProducer = func(rc *reqCtx, req *kmsg.InitProducerIDRequest
 			rc.reply(resp)
 			return
 		}
-		// Fence (and, for a rejoin that aborted an Ongoing transaction, the abort markers) before
-		// the answer: the new epoch must already be the floor on every partition when the producer
-		// learns it. The markers themselves complete in the background (the client retries its
-		// CONCURRENT_TRANSACTIONS until they are done).
-		if !res.Action.IsZero() {
-			w.Run(res.Action, nil)
-		}
+		// The coordinator has fenced the old epoch before answering; the abort markers of a
+		// rejoin complete in the background (the client retries its CONCURRENT_TRANSACTIONS).
 		resp.ErrorCode = res.Code
 		if res.Code == codec.CodeNone {
 			resp.ProducerID, resp.ProducerEpoch = res.ProducerID, res.ProducerEpoch
@@ -90,16 +84,15 @@ var initTransactionalProducer = func(rc *reqCtx, req *kmsg.InitProducerIDRequest
 
 // txnCoordinatorGate is the shared front of the coordinator-side transactional handlers (22, 24,
 // 25, 26), in Apache's order: WRITE on the TransactionalId first, so an unauthorized caller
-// learns nothing about routing (53); then ownership (16); then a running coordinator with its
-// marker writer (15).
+// learns nothing about routing (53); then ownership (16); then a running coordinator (15).
 func txnCoordinatorGate(rc *reqCtx, tid string) int16 {
 	if !rc.authorized(OpWrite, ResTransactionalID, tid) {
 		return codec.CodeTransactionalIDAuthorization
 	}
-	if !rc.s.deps.Owner.OwnsTransactionalID(tid) {
+	if !rc.s.txnOwner(tid).Local {
 		return codec.CodeNotCoordinator
 	}
-	if rc.s.deps.Txn == nil || rc.s.deps.Markers == nil {
+	if rc.s.deps.Txn == nil {
 		return codec.CodeCoordinatorNotAvailable
 	}
 	return codec.CodeNone

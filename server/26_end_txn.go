@@ -7,7 +7,7 @@ package server
 //     coordinator (15), then the coordinator's EndTxn: TV1 for v0-4, TV2 for v5 (Apache's
 //     transactionVersionForEndTxn keys on the request version, not on the finalized feature).
 //   - Two-phase, as Apache: the coordinator durably moves Ongoing → Prepare{Commit,Abort} keeping
-//     the partition and group lists; then (markers.go) the old epoch is fenced (TV2 bumps the
+//     the partition and group lists; then (coord/txn/saga.go) the old epoch is fenced (TV2 bumps the
 //     epoch on every EndTxn), COMMIT/ABORT markers are written to every partition and made
 //     durable, the staged group offsets are committed or discarded durably, and the coordinator
 //     durably completes the transaction.
@@ -24,13 +24,12 @@ package server
 //     the same direction is idempotent and ends with NONE.
 //   - v5 (TV2) answers the producer's next (producerId, producerEpoch): the bumped epoch, or a new
 //     id at epoch 0 when the epoch is exhausted. -1/-1 on errors and below v5.
+//   - Latency is kaas_request_duration_seconds{api="EndTxn"}, request to answer, like every API.
 //
 // Version notes: v1 = v0; v2 PRODUCER_FENCED; v3 flexible; v4 TRANSACTION_ABORTABLE;
 // v5 ProducerId/ProducerEpoch in the response (KIP-890 part 2).
 
 import (
-	"time"
-
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
@@ -47,41 +46,20 @@ func handleEndTxn(rc *reqCtx) (kmsg.Response, error) {
 		resp.ErrorCode = code
 		return resp, nil
 	}
-	tc := rc.s.deps.Txn
-	w := rc.s.deps.Markers
-	start := rc.start
-	answer := func(code int16, pid int64, epoch int16) {
-		resp.ErrorCode = code
-		if code == codec.CodeNone && req.Version >= 5 {
-			resp.ProducerID, resp.ProducerEpoch = pid, epoch
-		}
-		txn.ObserveEndTxn(time.Since(start))
-		rc.reply(resp)
-	}
 	p := txn.EndTxnParams{TransactionalID: req.TransactionalID, ProducerID: req.ProducerID,
 		ProducerEpoch: req.ProducerEpoch, Commit: req.Commit, Version: req.Version}
 	rc.deferReply()
-	tc.EndTxn(p, func(res txn.EndTxnResult, err error) {
+	// The whole saga runs in the coordinator; this callback is its final answer.
+	rc.s.deps.Txn.EndTxn(p, func(res txn.EndTxnResult, err error) {
 		defer rc.guard()
-		switch {
-		case err != nil:
-			answer(txn.ErrorCode(err), -1, -1)
-		case res.Code != codec.CodeNone:
-			// An error may still carry work: a retried EndTxn on a prepared transaction whose
-			// earlier dispatch failed re-drives the markers (no waiter: this answer is 51).
-			if !res.Action.IsZero() {
-				w.Run(res.Action, nil)
-			}
-			answer(res.Code, -1, -1)
-		case res.Action.Markers == nil:
-			// Idempotent retry of a completed transaction: nothing to write.
-			if res.Action.Fence != nil {
-				w.Run(res.Action, nil)
-			}
-			answer(codec.CodeNone, res.ProducerID, res.ProducerEpoch)
-		default:
-			w.Run(res.Action, func(code int16) { answer(code, res.ProducerID, res.ProducerEpoch) })
+		resp.ErrorCode = res.Code
+		if err != nil {
+			resp.ErrorCode = txn.ErrorCode(err)
 		}
+		if resp.ErrorCode == codec.CodeNone && req.Version >= 5 {
+			resp.ProducerID, resp.ProducerEpoch = res.ProducerID, res.ProducerEpoch
+		}
+		rc.reply(resp)
 	})
 	return nil, nil
 }

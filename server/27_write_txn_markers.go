@@ -6,8 +6,12 @@ package server
 //   - The partition-leader side of Apache's inter-broker marker API; kafka-transactions.sh abort
 //     (KIP-664) sends it to the leader of a hanging transaction's partition. CLUSTER_ACTION on the
 //     cluster is required: CLUSTER_AUTHORIZATION_FAILED (31) on every partition otherwise.
-//   - Per marker, per partition: UNKNOWN_TOPIC_OR_PARTITION (3) if it does not exist,
-//     NOT_LEADER_OR_FOLLOWER (6) if we do not lead it, else AppendMarker (epoch below the
+//   - Per marker, per partition (the shared check of topology.go, without a topic ACL):
+//     UNKNOWN_TOPIC_OR_PARTITION (3) if it does not exist, NOT_LEADER_OR_FOLLOWER (6) if the
+//     topology says another broker leads it, INVALID_TOPIC_EXCEPTION (17) for a partition of
+//     __consumer_offsets / __transaction_state (Apache's coordinator sends markers to the group
+//     coordinator's partition to complete transactional offsets; kaas completes them inside the
+//     broker, and a WriteTxnMarkers that reaches a group shard is not served yet), else AppendMarker (epoch below the
 //     producer's → INVALID_PRODUCER_EPOCH 47, older coordinator epoch →
 //     TRANSACTION_COORDINATOR_FENCED 52) and the answer waits until the marker is durable
 //     (acks=-1; fsync failure → KAFKA_STORAGE_ERROR 56). Markers go through the same
@@ -23,7 +27,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
-	"github.com/kaas-go/kaas/storage"
 )
 
 func init() { register(kmsg.WriteTxnMarkers, 0, 1, handleWriteTxnMarkers) }
@@ -53,7 +56,10 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 			*ot = kmsg.NewWriteTxnMarkersResponseMarkerTopic()
 			ot.Topic = mt.Topic
 			ot.Partitions = make([]kmsg.WriteTxnMarkersResponseMarkerTopicPartition, len(mt.Partitions))
-			t := rc.s.deps.Store.Topic(mt.Topic)
+			var tr topicRef
+			if allowed {
+				tr = rc.lookupTopic(opCallerAuthorized, mt.Topic)
+			}
 			for k, pn := range mt.Partitions {
 				op := &ot.Partitions[k]
 				*op = kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
@@ -62,20 +68,18 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 					op.ErrorCode = codec.CodeClusterAuthorizationFailed
 					continue
 				}
-				var p *storage.Partition
-				if t != nil {
-					p = t.Partition(pn)
+				lp, code := rc.localPartition(&tr, pn, -1)
+				if code == codec.CodeNone && lp.p == nil {
+					// A group shard's partition: completing its staged offsets belongs to the
+					// group coordinator, which this API does not reach yet.
+					code = codec.CodeInvalidTopicException
 				}
-				switch {
-				case p == nil:
-					op.ErrorCode = codec.CodeUnknownTopicOrPartition
-					continue
-				case !rc.s.deps.Owner.LeadsPartition(mt.Topic, pn):
-					op.ErrorCode = codec.CodeNotLeaderForPartition
+				if code != codec.CodeNone {
+					op.ErrorCode = code
 					continue
 				}
 				left.Add(1)
-				enqueueMarker(p, markerItem{pid: m.ProducerID, epoch: m.ProducerEpoch, commit: m.Committed,
+				enqueueMarker(lp.p, markerItem{pid: m.ProducerID, epoch: m.ProducerEpoch, commit: m.Committed,
 					coordinatorEpoch: m.CoordinatorEpoch, done: func(code int16) {
 						defer rc.guard()
 						op.ErrorCode = code

@@ -10,8 +10,8 @@ package server
 //     metadata at most 4096 bytes (OFFSET_METADATA_TOO_LARGE). The remaining partitions need the
 //     group coordinator (COORDINATOR_NOT_AVAILABLE while it is not wired), ownership of the group
 //     (NOT_COORDINATOR) and a transaction coordinator (COORDINATOR_NOT_AVAILABLE without one).
-//   - Transaction check (KIP-890), before any group validation, as Apache does it before
-//     doTxnCommitOffsets:
+//   - Transaction check (KIP-890; txn.Coordinator.TxnOffsetCommitCheck), before any group
+//     validation, as Apache does it before doTxnCommitOffsets:
 //     v0-4 (TV1): the group must be in the producer's ongoing transaction (AddOffsetsToTxn added
 //     it). Apache 3.6+ verifies the group's __consumer_offsets partition with the transaction
 //     coordinator (transaction.partition.verification.enable, default true); we verify the group
@@ -21,8 +21,8 @@ package server
 //     → INVALID_TXN_STATE (v0-3) / TRANSACTION_ABORTABLE (v4, KIP-890 genericErrorSupported).
 //     v5 (TV2): the group is added to the transaction implicitly (the AddOffsetsToTxn the client no
 //     longer sends); its errors pass through except PRODUCER_FENCED → INVALID_PRODUCER_EPOCH.
-//     A transaction coordinator that cannot answer (closed, not the owner, journal write failed) →
-//     COORDINATOR_NOT_AVAILABLE (retriable).
+//     A transaction coordinator that cannot answer (closed, not the owner, loading, journal write
+//     failed) → COORDINATOR_NOT_AVAILABLE (retriable).
 //   - Then the group coordinator: KIP-447 fencing (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 //     FENCED_INSTANCE_ID; generation -1 without member = no group check), the producer epoch
 //     (INVALID_PRODUCER_EPOCH for an epoch older than the highest seen for the group and producer),
@@ -35,9 +35,6 @@ package server
 // v6 (topic ids) is not served.
 
 import (
-	"slices"
-	"time"
-
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
@@ -116,7 +113,7 @@ func handleTxnOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 	case rc.s.deps.Groups == nil:
 		answer(codec.CodeCoordinatorNotAvailable)
 		return resp, nil
-	case !rc.s.deps.Owner.OwnsGroup(req.Group):
+	case !rc.s.groupOwner(req.Group).Local:
 		answer(codec.CodeNotCoordinator)
 		return resp, nil
 	case rc.s.deps.Txn == nil:
@@ -146,63 +143,9 @@ func handleTxnOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 }
 
 // txnOffsetCommitCheck is the transaction-coordinator half of TxnOffsetCommit (see the file
-// comment): the TV2 implicit group add for v5, the TV1 verification otherwise.
+// comment), run by the group coordinator once it holds the group's transactional guard.
 func txnOffsetCommitCheck(tc *txn.Coordinator, req *kmsg.TxnOffsetCommitRequest) func(done func(int16)) {
-	tid, pid, epoch, grp, version := req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group, req.Version
-	if version >= 5 {
-		return func(done func(int16)) {
-			tc.AddOffsets(txn.AddOffsetsParams{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch,
-				Group: grp, Version: version, Implicit: true}, func(res txn.AddOffsetsResult, err error) {
-				if err != nil {
-					done(codec.CodeCoordinatorNotAvailable)
-					return
-				}
-				done(translateTxnCheckCode(res.Code, version))
-			})
-		}
-	}
-	return func(done func(int16)) {
-		tc.Submit(tid, func(e *txn.Entry, _ time.Time) (*txn.Entry, any) {
-			return e, verifyGroupInTxn(e, tid, pid, epoch, grp)
-		}, func(res any, err error) {
-			if err != nil {
-				done(codec.CodeCoordinatorNotAvailable)
-				return
-			}
-			done(translateTxnCheckCode(res.(int16), version))
-		})
-	}
-}
-
-// verifyGroupInTxn is Apache's handleVerifyPartitionsInTransaction for the group's offsets
-// partition, read-only: the group must be part of the producer's Ongoing transaction. A missing
-// group answers TRANSACTION_ABORTABLE (3.8+ coordinators); the caller downgrades it for old
-// clients.
-func verifyGroupInTxn(e *txn.Entry, tid string, pid int64, epoch int16, grp string) int16 {
-	switch {
-	case txn.CheckTransactionalID(tid) != codec.CodeNone:
-		return codec.CodeInvalidRequest
-	case e == nil || e.ProducerID != pid:
-		return codec.CodeInvalidProducerIDMapping
-	case e.ProducerEpoch != epoch:
-		return codec.CodeProducerFenced
-	case e.Pending() || e.State.IsPrepare():
-		return codec.CodeConcurrentTransactions
-	case e.State != txn.Ongoing || !slices.Contains(e.Groups, grp):
-		return codec.CodeTransactionAbortable
-	}
-	return codec.CodeNone
-}
-
-// translateTxnCheckCode is AddPartitionsToTxnManager's translation for the client of
-// TxnOffsetCommit: PRODUCER_FENCED → INVALID_PRODUCER_EPOCH (the producer aborts and may carry
-// on), TRANSACTION_ABORTABLE → INVALID_TXN_STATE for versions that predate it (v0-3, defaultError).
-func translateTxnCheckCode(code, version int16) int16 {
-	switch {
-	case code == codec.CodeProducerFenced:
-		return codec.CodeInvalidProducerEpoch
-	case code == codec.CodeTransactionAbortable && version <= 3:
-		return codec.CodeInvalidTxnState
-	}
-	return code
+	p := txn.TxnOffsetCommitParams{TransactionalID: req.TransactionalID, ProducerID: req.ProducerID,
+		ProducerEpoch: req.ProducerEpoch, Group: req.Group, Version: req.Version}
+	return func(done func(int16)) { tc.TxnOffsetCommitCheck(p, done) }
 }

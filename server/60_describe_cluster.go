@@ -3,12 +3,13 @@ package server
 // DescribeCluster: v0-2
 //
 // Behavior:
-//   - ClusterID, ControllerID = this broker (a single kaas process is broker and controller), and
-//     Brokers = [this broker at its advertised host:port, rack null, never fenced].
-//   - EndpointType (v1+): 1 (brokers) as above. 2 (controllers) answers the same single node,
-//     since it is also the controller; Apache's brokers refuse type 2 with
+//   - ClusterID; ControllerID and Brokers from the topology: the live brokers with an endpoint on
+//     our listener, with their rack (null if none), never fenced. A single kaas process is broker
+//     and controller, listed at its advertised host:port.
+//   - EndpointType (v1+): 1 (brokers) as above. 2 (controllers) answers the controller's node
+//     only, since controllers are brokers here; Apache's brokers refuse type 2 with
 //     UNSUPPORTED_ENDPOINT_TYPE because their controllers listen elsewhere. Any other type is
-//     INVALID_REQUEST.
+//     UNSUPPORTED_ENDPOINT_TYPE too.
 //   - ClusterAuthorizedOperations is INT32_MIN unless requested; when requested it is 0 without
 //     DESCRIBE on the cluster, else the bitfield of the cluster operations the principal may
 //     perform (bit n = Kafka AclOperation code n), as Apache computes it.
@@ -53,11 +54,20 @@ func handleDescribeCluster(rc *reqCtx) (kmsg.Response, error) {
 		}
 	}
 	resp.ClusterID = s.clusterID
-	resp.ControllerID = s.cfg.BrokerID
-	host, port := s.advertised()
-	b := kmsg.NewDescribeClusterResponseBroker()
-	b.NodeID, b.Host, b.Port = s.cfg.BrokerID, host, port
-	resp.Brokers = append(resp.Brokers, b)
+	controller := s.deps.Topology.Controller()
+	resp.ControllerID = controller
+	for _, lb := range s.liveBrokers() {
+		if req.Version >= 1 && req.EndpointType == 2 && lb.id != controller {
+			continue
+		}
+		b := kmsg.NewDescribeClusterResponseBroker()
+		b.NodeID, b.Host, b.Port = lb.id, lb.host, lb.port
+		if lb.rack != "" {
+			rack := lb.rack
+			b.Rack = &rack
+		}
+		resp.Brokers = append(resp.Brokers, b)
+	}
 	resp.ClusterAuthorizedOperations = authorizedOpsNotRequested
 	if req.IncludeClusterAuthorizedOperations {
 		var ops int32

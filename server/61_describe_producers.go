@@ -4,7 +4,8 @@ package server
 //
 // Behavior:
 //   - Per requested partition, answered by its leader: READ on the topic (else
-//     TOPIC_AUTHORIZATION_FAILED, 29), UNKNOWN_TOPIC_OR_PARTITION (3), NOT_LEADER_OR_FOLLOWER (6),
+//     TOPIC_AUTHORIZATION_FAILED, 29), UNKNOWN_TOPIC_OR_PARTITION (3), NOT_LEADER_OR_FOLLOWER (6)
+//     (the shared check of topology.go; a partition of an internal topic lists no producers),
 //     else every producer the partition holds state for: id, epoch, last sequence, last timestamp,
 //     the coordinator epoch of its last marker and the first offset of its ongoing transaction
 //     (-1 if none) — what kafka-transactions.sh describe-producers / find-hanging read.
@@ -25,20 +26,18 @@ func handleDescribeProducers(rc *reqCtx) (kmsg.Response, error) {
 	for _, rt := range req.Topics {
 		ot := kmsg.NewDescribeProducersResponseTopic()
 		ot.Topic = rt.Topic
-		readOK := rc.authorized(OpRead, ResTopic, rt.Topic)
-		t := rc.s.deps.Store.Topic(rt.Topic)
+		tr := rc.lookupTopic(OpRead, rt.Topic)
 		for _, pn := range rt.Partitions {
 			op := kmsg.NewDescribeProducersResponseTopicPartition()
 			op.Partition = pn
+			lp, code := rc.localPartition(&tr, pn, -1)
 			switch {
-			case !readOK:
-				op.ErrorCode = codec.CodeTopicAuthorizationFailed
-			case t == nil || t.Partition(pn) == nil:
-				op.ErrorCode = codec.CodeUnknownTopicOrPartition
-			case !rc.s.deps.Owner.LeadsPartition(rt.Topic, pn):
-				op.ErrorCode = codec.CodeNotLeaderForPartition
+			case code != codec.CodeNone:
+				op.ErrorCode = code
+			case lp.p == nil:
+				// An internal topic's partition holds no producer state here (no log).
 			default:
-				for _, pi := range t.Partition(pn).Producers() {
+				for _, pi := range lp.p.Producers() {
 					ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
 					ap.ProducerID = pi.ProducerID
 					ap.ProducerEpoch = int32(pi.Epoch)

@@ -43,7 +43,7 @@ func handleDescribeTransactions(rc *reqCtx) (kmsg.Response, error) {
 		switch {
 		case !rc.authorized(OpDescribe, ResTransactionalID, tid):
 			code = codec.CodeTransactionalIDAuthorization
-		case !rc.s.deps.Owner.OwnsTransactionalID(tid):
+		case !rc.s.txnOwner(tid).Local:
 			code = codec.CodeNotCoordinator
 		case rc.s.deps.Txn == nil:
 			code = codec.CodeCoordinatorNotAvailable

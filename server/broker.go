@@ -16,6 +16,7 @@ import (
 
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
@@ -25,8 +26,8 @@ import (
 // StartBroker, so there is exactly one wiring.
 //
 //	start: cluster id → PID allocator → partition store → committed-offset store → group
-//	       coordinator → marker writer + transaction coordinator (prepared transactions a
-//	       previous incarnation left are fenced and their markers written) → Kafka listener
+//	       coordinator → marker writer → transaction coordinator (it re-drives the prepared
+//	       transactions a previous incarnation left: fence, markers, complete) → Kafka listener
 //	close: listener → transaction coordinator → group coordinator → offset store → partitions
 type Broker struct {
 	Server  *Server
@@ -42,7 +43,10 @@ type Broker struct {
 // BrokerOptions are the seams a deployment (or a test) may replace.
 type BrokerOptions struct {
 	Authz Authorizer // nil allows everything
-	Owner Ownership  // nil: one broker owns every group, transactional id and partition
+	// Topology answers who owns each partition, transaction slot and group shard; nil: this
+	// broker alone, owning everything at epoch 0 (a topology.Table the listener publishes its
+	// bound address to).
+	Topology topology.Topology
 }
 
 // StartBroker opens the data directory and starts serving. Any subsystem that cannot open its
@@ -63,6 +67,10 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	}
 	clusterDir := filepath.Join(cfg.DataDir, "__cluster")
 	clusterID, err := loadOrCreateClusterID(clusterDir)
+	if err != nil {
+		return nil, err
+	}
+	featuresEpoch, err := loadFinalizedFeatures(clusterDir, finalizedLevels(cfg.TransactionVersion))
 	if err != nil {
 		return nil, err
 	}
@@ -89,15 +97,15 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if err := b.Groups.Start(); err != nil {
 		return nil, err
 	}
-	owner := opts.Owner
-	if owner == nil {
-		owner = singleBroker{}
+	topo := opts.Topology
+	if topo == nil {
+		topo = topology.NewTable(topology.Broker{ID: cfg.BrokerID})
 	}
-	// The marker writer exists first: it is the coordinator's OnAction (reaper aborts,
-	// re-drives). Start returns every transaction a previous incarnation left prepared; the
-	// reconcile pass fences and writes their markers before the listener accepts clients and
-	// completes them in the background (their ids answer CONCURRENT_TRANSACTIONS meanwhile).
-	b.Markers = NewMarkerWriter(MarkerWriterConfig{Store: b.Store, Groups: b.Groups, Owner: owner, Logger: log.Named("txn")})
+	// The coordinator reaches partitions through the local marker writer and groups through the
+	// group coordinator; it calls neither back into server. Start re-drives every transaction a
+	// previous incarnation left prepared in the background (their ids answer
+	// CONCURRENT_TRANSACTIONS meanwhile).
+	b.Markers = NewMarkerWriter(b.Store, topo, log.Named("txn"))
 	if b.Txn, err = txn.New(txn.Config{
 		ClusterDir:     clusterDir,
 		BrokerID:       cfg.BrokerID,
@@ -105,25 +113,20 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		MaxTimeoutMs:   int32(cfg.TransactionMaxTimeout.Milliseconds()),
 		ReaperInterval: cfg.TransactionReapInterval,
 		AllocPID:       pids.Next,
-		OwnsSlot:       func(slot int) bool { return owner.OwnsTransactionalSlot(slot) },
-		OnAction:       b.Markers.OnAction,
+		OwnsSlot:       func(slot int) bool { return topo.TxnSlot(slot).Local },
+		Partitions:     b.Markers,
+		Groups:         groupCompleter{b.Groups},
+		IDExpiration:   cfg.TransactionalIDExpiration,
 		Logger:         log.Named("txn"),
 	}); err != nil {
 		return nil, fmt.Errorf("cannot start transaction coordinator (refusing to start): %w", err)
 	}
-	b.Markers.Attach(b.Txn)
-	prepared, err := b.Txn.Start()
-	if err != nil {
+	if err := b.Txn.Start(); err != nil {
 		return nil, fmt.Errorf("cannot start transaction coordinator (refusing to start): %w", err)
 	}
-	b.Markers.Reconcile(prepared, func(failed int) {
-		if failed > 0 {
-			log.Warn("prepared transactions not completed at start; the reaper retries them", zap.Int("failed", failed))
-		}
-	})
 	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
 
-	deps := Deps{Store: b.Store, PIDs: pids, Owner: owner, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers}
+	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch}
 	b.Server = New(cfg, log.Named("server"), deps, clusterID)
 	if err := b.Server.Start(); err != nil {
 		b.Server = nil
@@ -155,7 +158,7 @@ func (b *Broker) close() error {
 		b.Txn.Close()
 	}
 	if b.Markers != nil {
-		b.Markers.Detach()
+		b.Markers.Close()
 	}
 	if b.Groups != nil {
 		b.Groups.Close() // answers what is parked, waits for in-flight commits

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage/mailbox"
 )
 
 // conn is the per-connection state.
@@ -41,14 +42,19 @@ type conn struct {
 	inflight atomic.Int32 // frames decoded and not yet answered
 	closed   atomic.Bool
 
-	qmu     sync.Mutex
-	queue   []*request
-	running bool
-	nextSeq uint64 // loop-only: sequence of the next decoded frame
+	exec    *mailbox.Queue[*request] // the executor: runs handlers one at a time, in order
+	nextSeq uint64                   // loop-only: sequence of the next decoded frame
 
 	writeMu   sync.Mutex
 	nextWrite uint64
 	ready     map[uint64]*bytebufferpool.ByteBuffer // completed, not yet written; nil value = no response (acks=0)
+
+	// Outbound backlog (slow readers): bytes handed to AsyncWritev whose callback has not run,
+	// and gnet's outbound buffer as the last callback saw it (bytes the socket did not take).
+	// Their sum past connection.max.outbound.bytes closes the connection (noteOutbound).
+	outPending  atomic.Int64
+	outBuffered atomic.Int64
+	slowClosed  atomic.Bool
 }
 
 // request is one decoded frame travelling through the pipeline.
@@ -64,13 +70,18 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 	if ra := gc.RemoteAddr(); ra != nil {
 		addr = ra.String()
 	}
-	return &conn{
+	c := &conn{
 		s:     s,
 		gc:    gc,
 		addr:  addr,
 		log:   s.log.With(zap.String("conn", addr)),
 		ready: make(map[uint64]*bytebufferpool.ByteBuffer),
 	}
+	// Decoding pauses at MaxInflightPerConn requests in flight, and queued requests are in
+	// flight, so the bound is never reached by a well-behaved loop; if it is, the connection
+	// is closed (enqueue).
+	c.exec = mailbox.New(mailbox.Config[*request]{Name: "conn", MaxLen: s.cfg.MaxInflightPerConn}, c.run)
+	return c
 }
 
 // onTraffic frames as many requests as are buffered. Each frame is copied exactly once, from
@@ -122,43 +133,32 @@ func (c *conn) onTraffic() gnet.Action {
 		c.frame = nil
 		c.inflight.Add(1)
 		mBytesIn.Add(c.need + 4)
-		c.enqueue(r)
+		if !c.enqueue(r) {
+			return gnet.Close
+		}
 	}
 }
 
-func (c *conn) enqueue(r *request) {
-	c.qmu.Lock()
-	c.queue = append(c.queue, r)
-	start := !c.running
-	c.running = true
-	c.qmu.Unlock()
-	if start {
-		go c.run()
+// enqueue hands r to the executor; false means the executor queue is full, which the inflight
+// pause makes impossible unless something is broken, so the caller closes the connection.
+func (c *conn) enqueue(r *request) bool {
+	if c.exec.TryPush(r) {
+		return true
 	}
+	c.log.Error("closing connection: executor queue full", zap.Int("queued", c.exec.Len()))
+	r.release()
+	return false
 }
 
-// run is the connection's executor: it handles queued requests one at a time, in order.
-func (c *conn) run() {
-	for {
-		c.qmu.Lock()
-		if len(c.queue) == 0 {
-			c.running = false
-			c.qmu.Unlock()
-			return
-		}
-		r := c.queue[0]
-		c.queue[0] = nil
-		c.queue = c.queue[1:]
-		if len(c.queue) == 0 {
-			c.queue = c.queue[:0:0]
-		}
-		c.qmu.Unlock()
-		if c.closed.Load() {
-			r.release()
-			continue
-		}
-		c.s.handle(r)
+// run is the connection's executor (the mailbox's drainer): it handles queued requests one at
+// a time, in order.
+func (c *conn) run(rs []*request) {
+	r := rs[0]
+	if c.closed.Load() {
+		r.release()
+		return
 	}
+	c.s.handle(r)
 }
 
 // release returns the request's frame to the pool; the decoded request aliases it, so this runs
@@ -200,10 +200,23 @@ func (c *conn) complete(r *request, resp *bytebufferpool.ByteBuffer) {
 		c.maybeResume()
 		return
 	}
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	c.noteOutbound(c.outPending.Add(n) + c.outBuffered.Load())
 	err := c.gc.AsyncWritev(bufs, func(gc gnet.Conn, err error) error {
 		for _, b := range owned {
 			codec.ResponsePool.Put(b)
 		}
+		if err != nil { // closed meanwhile: nothing is buffered any more
+			c.outPending.Add(-n)
+			return nil
+		}
+		// On the loop: OutboundBuffered is what the socket has not taken yet.
+		buffered := int64(gc.OutboundBuffered())
+		c.outBuffered.Store(buffered)
+		c.noteOutbound(c.outPending.Add(-n) + buffered)
 		if c.paused && int(c.inflight.Load()) < c.s.cfg.MaxInflightPerConn {
 			return c.onResume()
 		}
@@ -214,6 +227,20 @@ func (c *conn) complete(r *request, resp *bytebufferpool.ByteBuffer) {
 		// The connection is gone; the buffers may already be queued, so let the GC have them.
 		return
 	}
+}
+
+// noteOutbound closes the connection once its unwritten response bytes pass
+// connection.max.outbound.bytes: the client is not reading (NATS's slow-consumer rule). Without
+// the cap a consumer that stops reading while it keeps sending Fetch requests makes the broker
+// buffer responses without bound. Logged and counted once per connection.
+func (c *conn) noteOutbound(backlog int64) {
+	max := c.s.cfg.ConnMaxOutboundBytes
+	if max <= 0 || backlog <= max || !c.slowClosed.CompareAndSwap(false, true) {
+		return
+	}
+	mSlowConsumerCloses.Inc()
+	c.closeWith("slow consumer: unread response bytes over connection.max.outbound.bytes",
+		zap.Int64("backlog", backlog), zap.Int64("max", max))
 }
 
 // maybeResume wakes the loop if decoding was paused and there is room again.

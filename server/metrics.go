@@ -10,13 +10,16 @@ import (
 // Server metrics, created once at package level (VictoriaMetrics/metrics panics on duplicates).
 var (
 	mConnsOpened     = metrics.NewCounter(`kaas_connections_opened_total`)
-	mConnsOpen       = metrics.NewCounter(`kaas_connections_open`)
+	mConnsOpen       = metrics.NewGauge(`kaas_connections_open`, nil)
 	mBytesIn         = metrics.NewCounter(`kaas_network_received_bytes_total`)
 	mBytesOut        = metrics.NewCounter(`kaas_network_sent_bytes_total`)
 	mFrameRejected   = metrics.NewCounter(`kaas_request_frames_rejected_total`)
 	mInboundOverflow = metrics.NewCounter(`kaas_connection_inbound_limit_reached_total`)
 	mBadRequests     = metrics.NewCounter(`kaas_requests_malformed_total`)
 	mPanics          = metrics.NewCounter(`kaas_handler_panics_total`)
+	// mSlowConsumerCloses counts connections closed for unread responses over
+	// connection.max.outbound.bytes (conn.noteOutbound).
+	mSlowConsumerCloses = metrics.NewCounter(`kaas_slow_consumer_closes_total`)
 
 	mRequests [128]*metrics.Counter
 	mLatency  [128]*metrics.Histogram

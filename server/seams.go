@@ -5,25 +5,6 @@ import (
 	"github.com/kaas-go/kaas/storage"
 )
 
-// Ownership answers which broker coordinates a group or transactional.id and which leads a
-// partition. Today one broker owns everything; cluster mode on a shared volume (coordinator hash
-// routing with alive fallback, assignment-driven partition leadership) plugs in here.
-type Ownership interface {
-	OwnsGroup(group string) bool
-	OwnsTransactionalID(id string) bool
-	// OwnsTransactionalSlot: transaction state is owned per slot file (fnv1a32(id) % 50), never
-	// per id, so each slot file has exactly one writer in a cluster.
-	OwnsTransactionalSlot(slot int) bool
-	LeadsPartition(topic string, partition int32) bool
-}
-
-type singleBroker struct{}
-
-func (singleBroker) OwnsGroup(string) bool             { return true }
-func (singleBroker) OwnsTransactionalID(string) bool   { return true }
-func (singleBroker) OwnsTransactionalSlot(int) bool    { return true }
-func (singleBroker) LeadsPartition(string, int32) bool { return true }
-
 // Operation and ResourceType follow Kafka's ACL model (AclOperation / ResourceType).
 type Operation int8
 

@@ -23,6 +23,7 @@ import (
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
@@ -31,9 +32,10 @@ import (
 type Deps struct {
 	Store *storage.Store
 	PIDs  *storage.PIDAllocator
-	// Owner answers "does this broker coordinate / lead X?"; nil means a single broker that owns
-	// everything.
-	Owner Ownership
+	// Topology answers who leads each partition and coordinates each transaction slot and group
+	// shard, at which epoch and where (topology.go); nil is the single broker: a
+	// topology.Table that owns everything at epoch 0 and lists this broker at its bound address.
+	Topology topology.Topology
 	// Authz decides whether a principal may perform an operation; nil allows everything.
 	Authz Authorizer
 	// Groups is the classic consumer-group coordinator; nil answers the group APIs
@@ -42,8 +44,11 @@ type Deps struct {
 	// Txn is the transaction coordinator; nil answers the transactional APIs
 	// COORDINATOR_NOT_AVAILABLE.
 	Txn *txn.Coordinator
-	// Markers writes transaction markers and completes transactions for Txn.
+	// Markers is the local marker writer Txn writes through (and the hanging-transaction watch).
 	Markers *MarkerWriter
+	// FeaturesEpoch is the persisted KIP-584 finalizing epoch of the advertised feature levels
+	// (features.go); 0 = 1.
+	FeaturesEpoch int64
 }
 
 // Server is one broker's Kafka listener.
@@ -61,6 +66,7 @@ type Server struct {
 	addr    atomic.Pointer[net.TCPAddr] // written once by Start, read by handlers
 
 	fetchSessions *fetchSessionCache
+	internal      [2]internalTopic // __consumer_offsets, __transaction_state
 
 	mu     sync.Mutex
 	closed bool
@@ -68,8 +74,8 @@ type Server struct {
 
 // New builds a server; Start binds it.
 func New(cfg configs.Config, log *zap.Logger, deps Deps, clusterID string) *Server {
-	if deps.Owner == nil {
-		deps.Owner = singleBroker{}
+	if deps.Topology == nil {
+		deps.Topology = topology.NewTable(topology.Broker{ID: cfg.BrokerID})
 	}
 	if deps.Authz == nil {
 		deps.Authz = allowAll{}
@@ -82,6 +88,7 @@ func New(cfg configs.Config, log *zap.Logger, deps Deps, clusterID string) *Serv
 		booted:        make(chan struct{}),
 		stopped:       make(chan error, 1),
 		fetchSessions: newFetchSessionCache(cfg.FetchSessionCacheSize),
+		internal:      newInternalTopics(clusterID),
 	}
 }
 
@@ -129,6 +136,7 @@ func (s *Server) Start() error {
 	default:
 		return fmt.Errorf("unexpected listener address %T", sa)
 	}
+	s.publishLocalEndpoint()
 	s.log.Info("listening", zap.String("addr", s.Addr().String()), zap.Int32("broker.id", s.cfg.BrokerID))
 	return nil
 }

@@ -61,11 +61,12 @@ func startTxnBroker(t *testing.T, authz Authorizer, withTxn bool) *txnBroker {
 	closeGroups := wireGroups(t, cfg, log, &deps)
 	var tc *txn.Coordinator
 	if withTxn {
-		tc, err = txn.New(txn.Config{ClusterDir: clusterDir, AllocPID: pids.Next, Logger: log, ReaperInterval: time.Hour})
+		tc, err = txn.New(txn.Config{ClusterDir: clusterDir, AllocPID: pids.Next, Logger: log, ReaperInterval: time.Hour,
+			Partitions: NewMarkerWriter(store, nil, log)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tc.Start(); err != nil {
+		if err := tc.Start(); err != nil {
 			t.Fatal(err)
 		}
 		deps.Txn = tc
@@ -277,17 +278,17 @@ func TestTxnOffsetCommitTV2ImplicitAdd(t *testing.T) {
 	wantAll(t, "fenced epoch", txnOffsetCommit(t, v5, "tx2", "g5", pid, epoch+1, -1, "", p0), codec.CodeInvalidProducerEpoch)
 	wantAll(t, "implicit add", txnOffsetCommit(t, v5, "tx2", "g5", pid, epoch, -1, "", p0), 0)
 	ch := make(chan []string, 1)
-	b.deps.Txn.Submit("tx2", func(e *txn.Entry, _ time.Time) (*txn.Entry, any) {
+	b.deps.Txn.Snapshot("tx2", func(e *txn.Entry, err error) {
+		if err != nil || e == nil {
+			t.Errorf("snapshot: %+v %v", e, err)
+			ch <- nil
+			return
+		}
 		if e.State != txn.Ongoing {
-			return e, []string(nil)
+			ch <- nil
+			return
 		}
-		return e, slices.Clone(e.Groups)
-	}, func(r any, err error) {
-		if err != nil {
-			t.Error(err)
-		}
-		g, _ := r.([]string)
-		ch <- g
+		ch <- e.Groups
 	})
 	if g := <-ch; !slices.Equal(g, []string{"g5"}) {
 		t.Fatalf("transaction groups after the implicit add: %v", g)

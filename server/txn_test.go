@@ -649,19 +649,21 @@ func TestTxnPreparedCompletedAfterRestart(t *testing.T) {
 			t.Fatalf("produce: %v", kerr.ErrorForCode(r.ErrorCode))
 		}
 	}
-	// Drive the prepare directly and drop its marker dispatch on the floor: the broker goes away
-	// exactly between "PrepareCommit durable" and "markers written".
-	prepared := make(chan txn.EndTxnResult, 1)
+	// Swallow the marker dispatch: the broker goes away exactly between "PrepareCommit durable"
+	// and "markers written". The EndTxn never answers.
+	tb.Markers.swallow.Store(true)
 	tb.srv.deps.Txn.EndTxn(txn.EndTxnParams{TransactionalID: "crash-id", ProducerID: pid, ProducerEpoch: epoch, Commit: true, Version: 5},
 		func(r txn.EndTxnResult, err error) {
-			if err != nil {
-				t.Error(err)
-			}
-			prepared <- r
+			t.Errorf("EndTxn answered %+v %v with its markers swallowed", r, err)
 		})
-	if r := <-prepared; r.Code != 0 || r.Action.Markers == nil {
-		t.Fatalf("prepare: %+v", r)
-	}
+	checkFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+		d := make(chan txn.DescribeResult, 1)
+		tb.srv.deps.Txn.Describe("crash-id", func(r txn.DescribeResult, _ error) { d <- r })
+		if r := <-d; r.State != "PrepareCommit" {
+			return fmt.Errorf("state %s", r.State)
+		}
+		return nil
+	})
 	if lso := tb.store.Topic("crash").Partition(0).LastStableOffset(); lso != 0 {
 		t.Fatalf("LSO %d before restart, want 0", lso)
 	}

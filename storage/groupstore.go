@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/kaas-go/kaas/storage/framelog"
 	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/storage/framelog"
+	"github.com/kaas-go/kaas/storage/mailbox"
 )
 
 // GroupStore is the durable committed-offset store of the group coordinator (Kafka's
@@ -54,7 +56,7 @@ import (
 // Staged-but-not-completed offsets are durable like commits: they survive kill -9 and a restart,
 // and the transaction coordinator's reconcile pass (which re-drives every prepared transaction)
 // completes them through CompleteTxnOffsets. They are never dropped just because the broker
-// restarted (the reference system's memory-only pending layer turned a restart into at-least-once).
+// restarted (a memory-only pending layer would turn a restart into at-least-once).
 //
 // Why one frame per batch: the writer goroutine takes everything queued while the previous fsync
 // ran, encodes it as ONE frame, writes it with one write(2) and fsyncs once (group commit), then
@@ -89,11 +91,11 @@ type GroupStore struct {
 	groups  map[string]map[GroupPartition]GroupOffset // fsync'd committed offsets only
 	pending map[string]map[int64]*gsPending           // fsync'd staged transactional offsets
 
-	qmu     sync.Mutex
-	queue   []*gsOp
+	// The writer is a mailbox drained in batches (writeOps); closeMu orders enqueues before
+	// Close's wait for the writer. Lock order: closeMu, then the mailbox's lock.
+	writer  *mailbox.Queue[*gsOp]
+	closeMu sync.Mutex
 	closed  bool
-	wake    chan struct{}
-	stopped chan struct{}
 
 	// writer-goroutine-only state
 	f           *os.File
@@ -148,6 +150,11 @@ var (
 // GroupIDMaxBytes is the longest group id the store accepts (a Kafka STRING is int16-length).
 const GroupIDMaxBytes = 32767
 
+// ErrGroupStoreBusy is returned, without writing anything, when gsMaxQueuedOps writes already
+// wait for the disk: the group coordinator answers the request COORDINATOR_NOT_AVAILABLE and the
+// client retries, instead of the queue growing while the disk is slow.
+var ErrGroupStoreBusy = errors.New("group offset store has too many queued writes")
+
 const (
 	gsHeader    = "KAASGOF1"
 	gsMagic     = 0x4B474F46
@@ -163,6 +170,10 @@ const (
 	gsOpTxnAbrt = 6
 
 	gsDefaultCompactMin = 8 << 20
+
+	// gsMaxQueuedOps bounds the writes waiting for the writer. Every one comes from a group
+	// request the coordinator admitted, so this is reached only when the disk falls far behind.
+	gsMaxQueuedOps = 1 << 16
 )
 
 // gsFormat is the offsets.log frame: magic "KGOF" | len u32 | crc32c(payload) u32 | payload.
@@ -215,15 +226,13 @@ func OpenGroupStore(dataDir string, log *zap.Logger) (*GroupStore, error) {
 		log:        log.Named("offsets"),
 		groups:     make(map[string]map[GroupPartition]GroupOffset),
 		pending:    make(map[string]map[int64]*gsPending),
-		wake:       make(chan struct{}, 1),
-		stopped:    make(chan struct{}),
 		compactMin: gsDefaultCompactMin,
 	}
+	s.writer = mailbox.New(mailbox.Config[*gsOp]{Name: "group_offsets", MaxLen: gsMaxQueuedOps, Batch: true}, s.writeOps)
 	_ = os.Remove(s.path + ".tmp") // an interrupted compaction; offsets.log is still whole
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	go s.run()
 	return s, nil
 }
 
@@ -619,60 +628,44 @@ func (fr *gsFramer) addSplit(op *gsOp) {
 // ---- writer ----
 
 func (s *GroupStore) enqueue(op *gsOp) {
-	s.qmu.Lock()
+	s.closeMu.Lock()
 	if s.closed {
-		s.qmu.Unlock()
+		s.closeMu.Unlock()
 		op.done(ErrGroupStoreClosed)
 		return
 	}
-	s.queue = append(s.queue, op)
-	s.qmu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	ok := s.writer.TryPush(op)
+	s.closeMu.Unlock()
+	if !ok {
+		op.done(ErrGroupStoreBusy)
 	}
 }
 
-// run is the single writer: batch, write, fsync, apply, acknowledge.
-func (s *GroupStore) run() {
-	defer close(s.stopped)
-	for {
-		<-s.wake
-		for {
-			s.qmu.Lock()
-			ops := s.queue
-			s.queue = nil
-			closed := s.closed
-			s.qmu.Unlock()
-			if len(ops) == 0 {
-				if closed {
-					return
-				}
-				break
+// writeOps is the single writer (the mailbox's drainer, one batch at a time): everything queued
+// while the previous batch was written is written (as one frame unless it passes the frame
+// limit), fsync'd, applied and acknowledged; an op refused by a write-time limit fails alone.
+func (s *GroupStore) writeOps(ops []*gsOp) {
+	s.writeBatch(ops)
+	failed := false
+	for _, op := range ops {
+		if op.err == nil {
+			s.apply(op)
+		}
+	}
+	for _, op := range ops {
+		err := op.err
+		if err != nil {
+			failed = true
+			gsCommitErrors.Inc()
+			if !errors.Is(err, ErrGroupIDTooLong) && !errors.Is(err, ErrOffsetCommitTooLarge) {
+				err = fmt.Errorf("cannot persist committed offsets (%s): %w", s.path, err)
 			}
-			s.writeBatch(ops)
-			failed := false
-			for _, op := range ops {
-				if op.err == nil {
-					s.apply(op)
-				}
-			}
-			for _, op := range ops {
-				err := op.err
-				if err != nil {
-					failed = true
-					gsCommitErrors.Inc()
-					if !errors.Is(err, ErrGroupIDTooLong) && !errors.Is(err, ErrOffsetCommitTooLarge) {
-						err = fmt.Errorf("cannot persist committed offsets (%s): %w", s.path, err)
-					}
-				}
-				op.done(err)
-			}
-			if !failed && s.size > s.compactMin && s.size > 4*s.base {
-				if cerr := s.rewrite(); cerr != nil {
-					s.log.Warn("offset store compaction failed", zap.String("file", s.path), zap.Error(cerr))
-				}
-			}
+		}
+		op.done(err)
+	}
+	if !failed && s.size > s.compactMin && s.size > 4*s.base {
+		if cerr := s.rewrite(); cerr != nil {
+			s.log.Warn("offset store compaction failed", zap.String("file", s.path), zap.Error(cerr))
 		}
 	}
 }
@@ -993,18 +986,14 @@ func sortOffsets(out []GroupOffset) {
 
 // Close stops the writer after every queued operation completed and closes the file.
 func (s *GroupStore) Close() error {
-	s.qmu.Lock()
+	s.closeMu.Lock()
 	if s.closed {
-		s.qmu.Unlock()
+		s.closeMu.Unlock()
 		return nil
 	}
 	s.closed = true
-	s.qmu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	<-s.stopped
+	s.closeMu.Unlock()
+	s.writer.Wait()
 	if err := s.f.Close(); err != nil {
 		return fmt.Errorf("cannot close offset store (%s): %w", s.path, err)
 	}

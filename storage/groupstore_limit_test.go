@@ -104,11 +104,11 @@ func TestGroupStoreFrameLimit(t *testing.T) {
 		t.Fatalf("refused commit became visible: %d bytes of metadata", len(o.Metadata))
 	}
 
-	// One batch (queued while the writer is idle, then woken once): 60 small commits (~2.5 KiB
-	// together) and an oversized one in the middle.
+	// One batch, handed to the writer as the mailbox would (the writer is idle once Wait
+	// returns): 60 small commits (~2.5 KiB together) and an oversized one in the middle.
 	splits := gsSplitsTotal.Get()
 	errs := make([]chan error, 61)
-	s.qmu.Lock()
+	var batch []*gsOp
 	for i := range errs {
 		ch := make(chan error, 1)
 		errs[i] = ch
@@ -116,10 +116,10 @@ func TestGroupStoreFrameLimit(t *testing.T) {
 		if i == 30 {
 			offs = op(2 * limit)
 		}
-		s.queue = append(s.queue, &gsOp{kind: gsOpCommit, group: "b", offs: offs, done: func(err error) { ch <- err }})
+		batch = append(batch, &gsOp{kind: gsOpCommit, group: "b", offs: offs, done: func(err error) { ch <- err }})
 	}
-	s.qmu.Unlock()
-	s.wake <- struct{}{}
+	s.writer.Wait()
+	s.writeOps(batch)
 	for i, ch := range errs {
 		err := <-ch
 		if i == 30 && !errors.Is(err, ErrOffsetCommitTooLarge) || i != 30 && err != nil {

@@ -249,17 +249,16 @@ func TestGroupStoreWriteFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Sabotage the writer's file: writes now fail with EBADF, and so does the appender's repair
-	// (a truncate), so the store has to rewrite. (The writer is idle: it acknowledged the
-	// previous commit and reads s.f only after taking qmu.)
+	// (a truncate), so the store has to rewrite. (The writer is idle once Wait returns, and the
+	// next batch starts after the push below.)
 	ro, err := os.Open(gsPath(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	s.qmu.Lock()
+	s.writer.Wait()
 	old := s.f
 	s.f, s.app = ro, framelog.NewAppender(gsFile{ro}, &gsFormat, s.app.Offset(), 0)
-	s.qmu.Unlock()
 	s.CommitAsync("g", []GroupOffset{{Topic: "t", Offset: 2}}, func(err error) { done <- err })
 	if err := <-done; err == nil {
 		t.Fatal("commit acknowledged although the write failed")

@@ -61,8 +61,9 @@ type offsetRange struct{ from, to int64 } // [from, to)
 // The flusher captures (leo, active segment) under mu, fsyncs without mu, then publishes the HWM
 // and completes every Sync waiter whose end is covered. Appends that arrive during an fsync are
 // covered by the next one, so N concurrent producers share few fsyncs. The HWM never passes what
-// is fsync'd (unlike the reference's code-finding G). When every byte to flush lies in the active
-// segment's pre-zeroed, fsync'd region (zeroLoop, segment.zeroTo), the flush is an fdatasync.
+// is fsync'd, so a consumer never reads what a crash could take back. When every byte to flush
+// lies in the active segment's pre-zeroed, fsync'd region (zeroLoop, segment.zeroTo), the flush
+// is an fdatasync.
 type Partition struct {
 	topic    *Topic
 	id       int32

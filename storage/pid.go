@@ -20,8 +20,8 @@ const maxLocalPID = int64(1) << 40
 // local advances in blocks of pidBlockSize. The block's end ("nextBlock") is persisted (tmp +
 // fsync + rename + dir fsync) BEFORE any id of the block is handed out, and opening the
 // allocator reserves a fresh block past the persisted mark. A crash therefore skips ids forward
-// and never reuses one. Unlike the reference (code-finding L) there is no fallback: a corrupt
-// file or a failed persist is an error, never a counter restarted from 1.
+// and never reuses one. There is no fallback: a corrupt file or a failed persist is an error,
+// never a counter restarted from 1 (which would hand out ids that live producers still use).
 type PIDAllocator struct {
 	mu    sync.Mutex
 	dir   string

@@ -162,7 +162,7 @@ func (ps *producerState) check(b codec.Batch, fences *fenceMemory, guard uint64)
 //	transactional, ongoing txn here opened at this epoch ────► ok
 //	transactional, ongoing txn here opened at another epoch ─► 48 (stricter than Apache: two
 //	                                                            sessions' data never merge into
-//	                                                            one transaction, cf. reference C-F)
+//	                                                            one transaction)
 //	transactional, guard == current guard for (pid, epoch) ──► ok (first batch, KIP-890)
 //	transactional, otherwise ─────────────────────────────────► 48 INVALID_TXN_STATE
 //	non-transactional while a txn is ongoing here ────────────► 48 (Apache ProducerAppendInfo)
@@ -291,7 +291,7 @@ func (ps *producerState) infos() []ProducerInfo {
 //
 // txnFirst is -1 when the producer has no ongoing transaction. The tail is the aborted-transaction
 // index of the segment that was active when the snapshot was written (closed segments have their
-// own .txnindex, txnindex.go), so a snapshot taken inside a segment (clean close) loses nothing.
+// own .txnindex, see encodeTxnIndex), so a snapshot taken inside a segment (clean close) loses nothing.
 // Version 1 (before transactions: no coordEpoch/txn fields, no tail) is still read.
 //
 // Written at each segment roll and at clean close (tmp + fsync + rename). A snapshot that fails

@@ -39,7 +39,7 @@ import (
 //     opened at increasing offsets). LSO = first offset of the first one that is undecided or whose
 //     marker is not yet durable, capped at the HWM.
 //   - aborted: every aborted transaction whose marker is in the retained log, sorted by marker
-//     offset. Closed segments persist their part in <base>.txnindex (txnindex.go) at roll; the
+//     offset. Closed segments persist their part in <base>.txnindex (encodeTxnIndex) at roll; the
 //     active segment's part is rebuilt on open from the producer snapshot's tail and the replay.
 
 // AbortedTxn is one aborted transaction: its first offset on this partition and the offset of its

@@ -3,12 +3,15 @@
 // durable Store. It follows Apache Kafka's GroupCoordinator (core/.../group/GroupCoordinator.scala)
 // error for error; deviations are called out where they are made.
 //
-// Concurrency: every group is a mailbox (group.do) drained by at most one goroutine at a time, so
-// a group's state is only ever touched by one goroutine and needs no lock; the goroutine exists
-// only while the mailbox has work, so idle groups cost nothing. Handlers never wait: the API
-// methods enqueue and return, and the reply callback is called later (exactly once) from the
-// group's goroutine, a timer, or the store's writer goroutine. Nothing here blocks a caller for a
-// rebalance.
+// Concurrency: every group is a mailbox (storage/mailbox, group.do) drained by at most one
+// goroutine at a time, so a group's state is only ever touched by one goroutine and needs no lock;
+// the goroutine exists only while the mailbox has work, so idle groups cost nothing. Handlers
+// never wait: the API methods enqueue and return, and the reply callback is called later (exactly
+// once) from the group's goroutine, a timer, or the store's writer goroutine. Nothing here blocks
+// a caller for a rebalance.
+//
+// Groups are sharded like __consumer_offsets partitions and a shard can be loaded and released at
+// runtime (shards.go, which also has the lock order).
 package group
 
 import (
@@ -51,7 +54,19 @@ type Config struct {
 	MinSessionTimeout     time.Duration // group.min.session.timeout.ms
 	MaxSessionTimeout     time.Duration // group.max.session.timeout.ms
 	MaxSize               int           // group.max.size
+	// ShardsUnowned starts the coordinator owning no group shard (cluster mode: LoadShard each
+	// assigned one). The zero value is the single broker, which serves every shard from the start.
+	ShardsUnowned bool
 }
+
+// maxGroupQueue bounds the requests queued on one group's mailbox. A group's requests are
+// already bounded by its members' connections (max.inflight.requests.per.connection each), so
+// this is only reached by a group that cannot keep up; such requests are answered
+// COORDINATOR_NOT_AVAILABLE, the code Apache's coordinator answers when an operation on
+// __consumer_offsets cannot be completed in time (REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS map to
+// it): retriable, and it makes the client back off and look the coordinator up again rather
+// than hammer it. NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS would lie about ownership.
+const maxGroupQueue = 8192
 
 // newMemberJoinTimeout bounds how long a new member's JoinGroup may wait in a rebalance before it
 // is dropped (Apache GroupCoordinator.NewMemberJoinTimeoutMs): a new member has no id to heartbeat
@@ -62,6 +77,10 @@ var (
 	mRebalances     = metrics.NewCounter(`kaas_group_rebalances_total`)
 	mMembersExpired = metrics.NewCounter(`kaas_group_members_expired_total`)
 	mCommitFailures = metrics.NewCounter(`kaas_group_offset_commit_failures_total`)
+	// mShardLoadFailures counts LoadShard calls whose store load failed (the shard stays unowned).
+	mShardLoadFailures = metrics.NewCounter(`kaas_group_shard_load_failures_total`)
+	// mOversizedIDs counts requests refused INVALID_REQUEST for an id longer than a Kafka string.
+	mOversizedIDs = metrics.NewCounter(`kaas_group_oversized_id_requests_total`)
 )
 
 // Coordinator owns every group this broker coordinates.
@@ -70,11 +89,11 @@ type Coordinator struct {
 	store Store
 	log   *zap.Logger
 
-	mu     sync.Mutex
-	groups map[string]*group
-	closed bool
-
-	inflight sync.WaitGroup // store operations whose callbacks have not run yet
+	mu      sync.Mutex
+	groups  map[string]*group
+	closed  bool
+	shards  [NumShards]shardInfo // shards.go
+	drained *sync.Cond           // on mu: a shard's inflight store writes reached zero
 }
 
 // New builds a coordinator over store. log may be nil.
@@ -85,7 +104,16 @@ func New(cfg Config, store Store, log *zap.Logger) *Coordinator {
 	if cfg.MaxSize <= 0 {
 		cfg.MaxSize = int(^uint32(0) >> 1)
 	}
-	return &Coordinator{cfg: cfg, store: store, log: log.Named("groups"), groups: make(map[string]*group)}
+	c := &Coordinator{cfg: cfg, store: store, log: log.Named("groups"), groups: make(map[string]*group)}
+	c.drained = sync.NewCond(&c.mu)
+	if !cfg.ShardsUnowned {
+		// Committed offsets are already in the store's memory, and groups are materialised from
+		// it on first use, so serving every shard at once costs nothing.
+		for i := range c.shards {
+			c.shards[i].state = shardLoaded
+		}
+	}
+	return c
 }
 
 // Start makes the coordinator serve. Committed offsets are already loaded by the store, so groups
@@ -109,42 +137,35 @@ func (c *Coordinator) Close() {
 		gs = append(gs, g)
 	}
 	c.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, g := range gs {
-		wg.Add(1)
-		g.do(func() {
-			defer wg.Done()
-			g.unload()
-		})
-	}
-	wg.Wait()
-	c.inflight.Wait()
-}
-
-func (c *Coordinator) isClosed() bool {
+	c.unloadAll(gs)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
+	for i := range c.shards {
+		for c.shards[i].inflight > 0 {
+			c.drained.Wait()
+		}
+	}
+	c.mu.Unlock()
 }
 
 // lookup returns the group, materialising an Empty group for one that only has committed offsets
-// (Apache loads those from __consumer_offsets), or creating one if create is set. nil means the
-// group does not exist (or the coordinator is closed).
-func (c *Coordinator) lookup(id string, create bool) *group {
+// (Apache loads those from __consumer_offsets), or creating one if create is set. A code other
+// than NONE means the group's shard is not served here (shardCodeLocked); otherwise a nil group
+// does not exist.
+func (c *Coordinator) lookup(id string, create bool) (*group, int16) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil
+	if code := c.shardCodeLocked(ShardFor(id)); code != codec.CodeNone {
+		return nil, code
 	}
 	if g := c.groups[id]; g != nil {
-		return g
+		return g, codec.CodeNone
 	}
 	if !create && !c.store.HasGroup(id) {
-		return nil
+		return nil, codec.CodeNone
 	}
 	g := newGroup(c, id)
 	c.groups[id] = g
-	return g
+	return g, codec.CodeNone
 }
 
 // forget removes g from the coordinator if it is still the registered group for its id.
@@ -163,9 +184,9 @@ type ListedGroup struct {
 	State        string
 }
 
-// ListGroups lists every group in memory plus every group that only has committed offsets (Apache
-// loads those too, so they are listed as Empty), sorted by id. states filters by state name
-// (case-insensitive, KIP-518); empty means all.
+// ListGroups lists every group of a served shard in memory plus every group that only has
+// committed offsets (Apache loads those too, so they are listed as Empty), sorted by id. states
+// filters by state name (case-insensitive, KIP-518); empty means all.
 func (c *Coordinator) ListGroups(states []string) []ListedGroup {
 	want := func(st string) bool {
 		if len(states) == 0 {
@@ -181,7 +202,15 @@ func (c *Coordinator) ListGroups(states []string) []ListedGroup {
 	seen := make(map[string]bool)
 	var out []ListedGroup
 	c.mu.Lock()
+	var servedShard [NumShards]bool
+	for i := range servedShard {
+		servedShard[i] = c.shardCodeLocked(i) == codec.CodeNone
+	}
+	served := func(id string) bool { return servedShard[ShardFor(id)] }
 	for id, g := range c.groups {
+		if !served(id) {
+			continue
+		}
 		p := g.pub.Load()
 		if p.state == Dead {
 			continue
@@ -193,7 +222,7 @@ func (c *Coordinator) ListGroups(states []string) []ListedGroup {
 	}
 	c.mu.Unlock()
 	for _, id := range c.store.Groups() {
-		if !seen[id] && want(Empty.String()) {
+		if !seen[id] && want(Empty.String()) && served(id) {
 			out = append(out, ListedGroup{Group: id, State: Empty.String()})
 		}
 	}
@@ -220,14 +249,35 @@ func equalFold(a, b string) bool {
 	return true
 }
 
+// MaxIDBytes is the longest group id, member id or group.instance.id accepted: Apache reads these
+// as Kafka strings, whose length is a signed 16-bit number (Short.MAX_VALUE). Flexible versions
+// carry a varint length that can say more; such a request is answered INVALID_REQUEST (42) rather
+// than stored under an id that no Apache tool could send back.
+const MaxIDBytes = 32767
+
+// idsTooLong reports (and counts) a request naming an id longer than MaxIDBytes.
+func idsTooLong(ids ...string) bool {
+	for _, id := range ids {
+		if len(id) > MaxIDBytes {
+			mOversizedIDs.Inc()
+			return true
+		}
+	}
+	return false
+}
+
 // storeErrorCode maps a failed offset write to the code Apache answers for a failed append to
 // __consumer_offsets (KAFKA_STORAGE_ERROR → NOT_COORDINATOR, GroupMetadataManager.storeOffsets):
-// retriable, and never a success. What the store refuses by its write-time limits (a group id over
-// 32767 bytes, an op over the frame limit) would fail again on retry: INVALID_REQUEST.
+// retriable, and never a success. A write refused because the store's queue is full is
+// overload, answered like a full group queue. What the store refuses by its write-time limits (a
+// group id over 32767 bytes, an op over the frame limit) would fail again on retry:
+// INVALID_REQUEST.
 func storeErrorCode(err error) int16 {
 	switch {
 	case err == nil:
 		return codec.CodeNone
+	case errors.Is(err, storage.ErrGroupStoreBusy):
+		return codec.CodeCoordinatorNotAvailable // overload, not a lost coordinatorship: see maxGroupQueue
 	case errors.Is(err, storage.ErrGroupIDTooLong), errors.Is(err, storage.ErrOffsetCommitTooLarge):
 		return codec.CodeInvalidRequest
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage/mailbox"
 )
 
 // State is a classic group's state (Apache GroupState).
@@ -132,13 +132,12 @@ type timer struct {
 }
 
 type group struct {
-	c   *Coordinator
-	id  string
-	log *zap.Logger
+	c     *Coordinator
+	id    string
+	shard int // ShardFor(id)
+	log   *zap.Logger
 
-	qmu     sync.Mutex
-	queue   []func()
-	running bool
+	mbox *mailbox.Queue[func()] // the group's goroutine: see do and tryDo
 
 	pub atomic.Pointer[published]
 
@@ -170,43 +169,30 @@ func newGroup(c *Coordinator, id string) *group {
 	g := &group{
 		c:           c,
 		id:          id,
+		shard:       ShardFor(id),
 		log:         c.log.With(zap.String("group", id)),
 		members:     make(map[string]*member),
 		static:      make(map[string]string),
 		pending:     make(map[string]*timer),
 		pendingSync: make(map[string]struct{}),
 	}
+	g.mbox = mailbox.New(groupQueueConfig, runGroupFn)
 	g.publish()
 	return g
 }
 
-// do runs fn on the group's goroutine, after everything queued before it.
-func (g *group) do(fn func()) {
-	g.qmu.Lock()
-	g.queue = append(g.queue, fn)
-	start := !g.running
-	g.running = true
-	g.qmu.Unlock()
-	if start {
-		go g.run()
-	}
-}
+var groupQueueConfig = mailbox.Config[func()]{Name: "group", MaxLen: maxGroupQueue}
 
-func (g *group) run() {
-	for {
-		g.qmu.Lock()
-		if len(g.queue) == 0 {
-			g.running = false
-			g.qmu.Unlock()
-			return
-		}
-		fn := g.queue[0]
-		g.queue[0] = nil
-		g.queue = g.queue[1:]
-		g.qmu.Unlock()
-		fn()
-	}
-}
+func runGroupFn(fns []func()) { fns[0]() }
+
+// do runs fn on the group's goroutine, after everything queued before it, whatever the queue's
+// length: for continuations of work the group already admitted (timers, verification and store
+// callbacks, unload), which must not be lost.
+func (g *group) do(fn func()) { g.mbox.Push(fn) }
+
+// tryDo is do for a new request: false when the group's queue is full (the caller answers
+// COORDINATOR_NOT_AVAILABLE, see maxGroupQueue).
+func (g *group) tryDo(fn func()) bool { return g.mbox.TryPush(fn) }
 
 // arm (re)starts t; fn runs on the group's goroutine unless t is re-armed or stopped first.
 func (g *group) arm(t *timer, d time.Duration, fn func()) {

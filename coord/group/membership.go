@@ -97,6 +97,10 @@ func (c *Coordinator) JoinGroup(req *kmsg.JoinGroupRequest, clientID, clientHost
 		reply(joinErrorResp(req.Version, req.MemberID, codec.CodeInvalidGroupID))
 		return
 	}
+	if idsTooLong(req.Group, req.MemberID, derefOr(req.InstanceID)) {
+		reply(joinErrorResp(req.Version, "", codec.CodeInvalidRequest))
+		return
+	}
 	session := time.Duration(req.SessionTimeoutMillis) * time.Millisecond
 	if session < c.cfg.MinSessionTimeout || session > c.cfg.MaxSessionTimeout {
 		reply(joinErrorResp(req.Version, req.MemberID, codec.CodeInvalidSessionTimeout))
@@ -128,16 +132,17 @@ func (c *Coordinator) JoinGroup(req *kmsg.JoinGroupRequest, clientID, clientHost
 	}
 	// A group is created by a join without a member id; a member id for a group we do not have
 	// is UNKNOWN_MEMBER_ID (the member must rejoin from scratch).
-	g := c.lookup(req.Group, req.MemberID == "")
-	if g == nil {
-		code := codec.CodeUnknownMemberID
-		if c.isClosed() {
-			code = codec.CodeNotCoordinator
-		}
+	g, code := c.lookup(req.Group, req.MemberID == "")
+	if code == codec.CodeNone && g == nil {
+		code = codec.CodeUnknownMemberID
+	}
+	if code != codec.CodeNone {
 		reply(joinErrorResp(req.Version, req.MemberID, code))
 		return
 	}
-	g.do(func() { g.handleJoin(jr) })
+	if !g.tryDo(func() { g.handleJoin(jr) }) {
+		reply(joinErrorResp(req.Version, req.MemberID, codec.CodeCoordinatorNotAvailable))
+	}
 }
 
 func (g *group) handleJoin(jr *joinReq) {
@@ -354,12 +359,15 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest, reply func(*kmsg.Syn
 		reply(syncError(sr, codec.CodeInvalidGroupID))
 		return
 	}
-	g := c.lookup(req.Group, false)
-	if g == nil {
-		code := codec.CodeUnknownMemberID
-		if c.isClosed() {
-			code = codec.CodeNotCoordinator
-		}
+	if idsTooLong(req.Group, req.MemberID, derefOr(req.InstanceID)) {
+		reply(syncError(sr, codec.CodeInvalidRequest))
+		return
+	}
+	g, code := c.lookup(req.Group, false)
+	if code == codec.CodeNone && g == nil {
+		code = codec.CodeUnknownMemberID
+	}
+	if code != codec.CodeNone {
 		reply(syncError(sr, code))
 		return
 	}
@@ -376,7 +384,7 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest, reply func(*kmsg.Syn
 			assignments[a.MemberID] = append([]byte{}, a.MemberAssignment...)
 		}
 	}
-	g.do(func() {
+	if !g.tryDo(func() {
 		if g.unloaded {
 			reply(syncError(sr, codec.CodeNotCoordinator))
 			return
@@ -430,7 +438,9 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest, reply func(*kmsg.Syn
 			reply(g.syncOK(sr, m.assignment))
 			g.scheduleHeartbeat(m, m.sessionTimeout)
 		}
-	})
+	}) {
+		reply(syncError(sr, codec.CodeCoordinatorNotAvailable))
+	}
 }
 
 // Heartbeat serves Heartbeat v0+.
@@ -445,13 +455,16 @@ func (c *Coordinator) Heartbeat(req *kmsg.HeartbeatRequest, reply func(*kmsg.Hea
 		answer(codec.CodeInvalidGroupID)
 		return
 	}
-	g := c.lookup(req.Group, false)
-	if g == nil {
-		if c.isClosed() {
-			answer(codec.CodeNotCoordinator)
-		} else {
-			answer(codec.CodeUnknownMemberID)
-		}
+	if idsTooLong(req.Group, req.MemberID, derefOr(req.InstanceID)) {
+		answer(codec.CodeInvalidRequest)
+		return
+	}
+	g, code := c.lookup(req.Group, false)
+	if code == codec.CodeNone && g == nil {
+		code = codec.CodeUnknownMemberID
+	}
+	if code != codec.CodeNone {
+		answer(code)
 		return
 	}
 	gen, memberID := req.Generation, req.MemberID
@@ -460,12 +473,14 @@ func (c *Coordinator) Heartbeat(req *kmsg.HeartbeatRequest, reply func(*kmsg.Hea
 		instanceID = *req.InstanceID
 	}
 	version := req.Version
-	g.do(func() {
+	if !g.tryDo(func() {
 		resp := kmsg.NewPtrHeartbeatResponse()
 		resp.Version = version
 		resp.ErrorCode = g.heartbeat(gen, memberID, instanceID)
 		reply(resp)
-	})
+	}) {
+		answer(codec.CodeCoordinatorNotAvailable)
+	}
 }
 
 func (g *group) heartbeat(gen int32, memberID, instanceID string) int16 {
@@ -540,12 +555,20 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest, reply func(*kmsg.L
 		answer(codec.CodeInvalidGroupID, nil)
 		return
 	}
-	g := c.lookup(req.Group, false)
+	ids := []string{req.Group, req.MemberID}
+	for _, l := range ls {
+		ids = append(ids, l.memberID, l.instanceID)
+	}
+	if idsTooLong(ids...) {
+		answer(codec.CodeInvalidRequest, nil)
+		return
+	}
+	g, code := c.lookup(req.Group, false)
+	if code != codec.CodeNone {
+		answer(code, nil)
+		return
+	}
 	if g == nil {
-		if c.isClosed() {
-			answer(codec.CodeNotCoordinator, nil)
-			return
-		}
 		codes := make([]int16, len(ls))
 		for i := range codes {
 			codes[i] = codec.CodeUnknownMemberID
@@ -553,7 +576,7 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest, reply func(*kmsg.L
 		answer(codec.CodeNone, codes)
 		return
 	}
-	g.do(func() {
+	if !g.tryDo(func() {
 		if g.unloaded {
 			answer(codec.CodeNotCoordinator, nil)
 			return
@@ -567,7 +590,9 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest, reply func(*kmsg.L
 			codes[i] = g.leave(l.memberID, l.instanceID, l.reason)
 		}
 		answer(codec.CodeNone, codes)
-	})
+	}) {
+		answer(codec.CodeCoordinatorNotAvailable, nil)
+	}
 }
 
 func (g *group) leave(memberID, instanceID, reason string) int16 {
@@ -587,4 +612,12 @@ func (g *group) leave(memberID, instanceID, reason string) int16 {
 	g.log.Info("member left the group", zap.String("member", memberID), zap.String("reason", reason))
 	g.removeMemberAndUpdate(g.members[memberID], codec.CodeUnknownMemberID)
 	return codec.CodeNone
+}
+
+// derefOr is *p, or "" for nil.
+func derefOr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

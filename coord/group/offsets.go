@@ -28,24 +28,25 @@ type Commit struct {
 // request (Apache answers every partition with the same validation or storage error): NONE only
 // after the offsets are fsync'd. done may run on another goroutine.
 func (c *Coordinator) CommitOffsets(cm Commit, offs []storage.GroupOffset, done func(code int16)) {
-	g := c.lookup(cm.Group, false)
-	if g == nil {
-		if c.isClosed() {
-			done(codec.CodeNotCoordinator)
-			return
-		}
+	if idsTooLong(cm.Group, cm.MemberID, cm.InstanceID) {
+		done(codec.CodeInvalidRequest)
+		return
+	}
+	g, code := c.lookup(cm.Group, false)
+	if code == codec.CodeNone && g == nil {
 		if cm.Generation >= 0 {
 			// A generation for a group we do not know: a member of a generation that is gone.
 			done(codec.CodeIllegalGeneration)
 			return
 		}
-		if g = c.lookup(cm.Group, true); g == nil {
-			done(codec.CodeNotCoordinator)
-			return
-		}
+		g, code = c.lookup(cm.Group, true)
+	}
+	if code != codec.CodeNone {
+		done(code)
+		return
 	}
 	stampCommitTime(offs)
-	g.do(func() {
+	if !g.tryDo(func() {
 		if g.unloaded {
 			done(codec.CodeNotCoordinator)
 			return
@@ -69,16 +70,21 @@ func (c *Coordinator) CommitOffsets(cm Commit, offs []storage.GroupOffset, done 
 			done(codec.CodeCoordinatorNotAvailable)
 			return
 		}
-		c.inflight.Add(1)
+		if !c.beginStore(g) {
+			done(codec.CodeNotCoordinator)
+			return
+		}
 		c.store.CommitAsync(g.id, offs, func(err error) {
-			defer c.inflight.Done()
+			defer c.endStore(g)
 			if err != nil {
 				mCommitFailures.Inc()
 				g.log.Warn("offset commit failed", zap.Error(err))
 			}
 			done(storeErrorCode(err))
 		})
-	})
+	}) {
+		done(codec.CodeCoordinatorNotAvailable)
+	}
 }
 
 // validateCommit is Apache validateOffsetCommit. transactional relaxes the "only members may
@@ -118,8 +124,11 @@ type FetchedOffset struct {
 // offsets answers UNSTABLE_OFFSET_COMMIT so the consumer retries instead of reading a stale
 // position. It does not block: it reads the store's durable in-memory set.
 func (c *Coordinator) FetchOffsets(group string, parts []storage.GroupPartition, requireStable bool) (int16, []FetchedOffset) {
-	if c.isClosed() {
-		return codec.CodeNotCoordinator, nil
+	if idsTooLong(group) {
+		return codec.CodeInvalidRequest, nil
+	}
+	if code := c.Serving(group); code != codec.CodeNone {
+		return code, nil
 	}
 	var out []FetchedOffset
 	res := func(o storage.GroupOffset, ok bool, topic string, partition int32) FetchedOffset {
@@ -150,16 +159,19 @@ func (c *Coordinator) FetchOffsets(group string, parts []storage.GroupPartition,
 // GROUP_SUBSCRIBED_TO_TOPIC); a non-consumer group with members gets NON_EMPTY_GROUP. done gets the
 // group-level code and, when that is NONE, a code per requested partition.
 func (c *Coordinator) DeleteOffsets(group string, parts []storage.GroupPartition, done func(code int16, partCodes []int16)) {
-	g := c.lookup(group, false)
-	if g == nil {
-		if c.isClosed() {
-			done(codec.CodeNotCoordinator, nil)
-		} else {
-			done(codec.CodeGroupIDNotFound, nil)
-		}
+	if idsTooLong(group) {
+		done(codec.CodeInvalidRequest, nil)
 		return
 	}
-	g.do(func() {
+	g, code := c.lookup(group, false)
+	if code == codec.CodeNone && g == nil {
+		code = codec.CodeGroupIDNotFound
+	}
+	if code != codec.CodeNone {
+		done(code, nil)
+		return
+	}
+	if !g.tryDo(func() {
 		if g.unloaded {
 			done(codec.CodeNotCoordinator, nil)
 			return
@@ -189,9 +201,12 @@ func (c *Coordinator) DeleteOffsets(group string, parts []storage.GroupPartition
 			done(codec.CodeNone, codes)
 			return
 		}
-		c.inflight.Add(1)
+		if !c.beginStore(g) {
+			done(codec.CodeNotCoordinator, nil)
+			return
+		}
 		c.store.DeleteOffsetsAsync(g.id, eligible, func(err error) {
-			defer c.inflight.Done()
+			defer c.endStore(g)
 			if err != nil {
 				g.log.Warn("offset delete failed", zap.Error(err))
 				done(storeErrorCode(err), nil)
@@ -199,7 +214,9 @@ func (c *Coordinator) DeleteOffsets(group string, parts []storage.GroupPartition
 			}
 			done(codec.CodeNone, codes)
 		})
-	})
+	}) {
+		done(codec.CodeCoordinatorNotAvailable, nil)
+	}
 }
 
 // DeleteGroup serves DeleteGroups for one group: only an Empty group may be deleted (else
@@ -210,16 +227,19 @@ func (c *Coordinator) DeleteOffsets(group string, parts []storage.GroupPartition
 // new coordinator drops only the pending offsets of partitions that had committed offsets; we do
 // not copy that half-deleted state.)
 func (c *Coordinator) DeleteGroup(group string, done func(code int16)) {
-	g := c.lookup(group, false)
-	if g == nil {
-		if c.isClosed() {
-			done(codec.CodeNotCoordinator)
-		} else {
-			done(codec.CodeGroupIDNotFound)
-		}
+	if idsTooLong(group) {
+		done(codec.CodeInvalidRequest)
 		return
 	}
-	g.do(func() {
+	g, code := c.lookup(group, false)
+	if code == codec.CodeNone && g == nil {
+		code = codec.CodeGroupIDNotFound
+	}
+	if code != codec.CodeNone {
+		done(code)
+		return
+	}
+	if !g.tryDo(func() {
 		switch {
 		case g.unloaded:
 			done(codec.CodeNotCoordinator)
@@ -231,14 +251,17 @@ func (c *Coordinator) DeleteGroup(group string, done func(code int16)) {
 			done(codec.CodeNonEmptyGroup)
 			return
 		}
+		if !c.beginStore(g) {
+			done(codec.CodeNotCoordinator)
+			return
+		}
 		// Dead until the delete is durable: requests racing with it get
 		// COORDINATOR_NOT_AVAILABLE and retry against a fresh group afterwards.
 		g.transition(Dead)
 		g.stop(&g.join)
 		g.stop(&g.syncTimer)
-		c.inflight.Add(1)
 		c.store.DeleteGroupAsync(g.id, func(err error) {
-			defer c.inflight.Done()
+			defer c.endStore(g)
 			if err != nil {
 				g.log.Warn("group delete failed", zap.Error(err))
 				g.do(func() {
@@ -252,7 +275,9 @@ func (c *Coordinator) DeleteGroup(group string, done func(code int16)) {
 			c.forget(g)
 			done(codec.CodeNone)
 		})
-	})
+	}) {
+		done(codec.CodeCoordinatorNotAvailable)
+	}
 }
 
 // DescribeGroup serves DescribeGroups for one group. Unknown groups are described as Dead with no
@@ -265,16 +290,20 @@ func (c *Coordinator) DescribeGroup(group string, done func(kmsg.DescribeGroupsR
 		d.State = Dead.String()
 		return d
 	}
-	g := c.lookup(group, false)
-	if g == nil {
+	if idsTooLong(group) {
 		d := dead()
-		if c.isClosed() {
-			d.ErrorCode = codec.CodeNotCoordinator
-		}
+		d.ErrorCode = codec.CodeInvalidRequest
 		done(d)
 		return
 	}
-	g.do(func() {
+	g, code := c.lookup(group, false)
+	if g == nil {
+		d := dead()
+		d.ErrorCode = code
+		done(d)
+		return
+	}
+	if !g.tryDo(func() {
 		if g.unloaded {
 			d := dead()
 			d.ErrorCode = codec.CodeNotCoordinator
@@ -306,7 +335,11 @@ func (c *Coordinator) DescribeGroup(group string, done func(kmsg.DescribeGroupsR
 			}
 		}
 		done(d)
-	})
+	}) {
+		d := dead()
+		d.ErrorCode = codec.CodeCoordinatorNotAvailable
+		done(d)
+	}
 }
 
 // stampCommitTime sets the commit time of offsets that carry none (the broker's clock, as Apache

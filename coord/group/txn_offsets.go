@@ -49,8 +49,8 @@ import (
 	"github.com/kaas-go/kaas/storage"
 )
 
-// ErrNotRunning is CompleteTxnOffsets' answer when the coordinator is closed (or the group was
-// unloaded): the caller (the transaction coordinator's marker path) keeps the transaction prepared
+// ErrNotRunning is CompleteTxnOffsets' answer when the coordinator is closed, or the group's shard
+// is not loaded here (released, or still loading): the caller (the transaction coordinator's marker path) keeps the transaction prepared
 // and retries.
 var ErrNotRunning = errors.New("group coordinator is not running")
 
@@ -106,13 +106,17 @@ func (g *group) highestTxnEpoch(pid int64) (int16, bool) {
 // after the staging is fsync'd. Unknown topic partitions are staged (Apache does too).
 func (c *Coordinator) TxnOffsetCommit(tc TxnCommit, offs []storage.GroupOffset, verify func(done func(code int16)), done func(code int16)) {
 	// Apache creates the group if it does not exist (GroupCoordinator.handleTxnCommitOffsets).
-	g := c.lookup(tc.Group, true)
-	if g == nil {
-		done(codec.CodeNotCoordinator)
+	if idsTooLong(tc.Group, tc.MemberID, tc.InstanceID) {
+		done(codec.CodeInvalidRequest)
+		return
+	}
+	g, code := c.lookup(tc.Group, true)
+	if code != codec.CodeNone {
+		done(code)
 		return
 	}
 	stampCommitTime(offs)
-	g.do(func() {
+	if !g.tryDo(func() {
 		if g.unloaded {
 			done(codec.CodeNotCoordinator)
 			return
@@ -132,7 +136,9 @@ func (c *Coordinator) TxnOffsetCommit(tc TxnCommit, offs []storage.GroupOffset, 
 				g.stageTxn(tc, offs, gd, done)
 			})
 		})
-	})
+	}) {
+		done(codec.CodeCoordinatorNotAvailable)
+	}
 }
 
 // stageTxn runs on the group's goroutine after a successful verification, in Apache's order:
@@ -166,9 +172,12 @@ func (g *group) stageTxn(tc TxnCommit, offs []storage.GroupOffset, gd *txnGuard,
 	if cur, ok := g.txnEpoch[tc.ProducerID]; !ok || tc.ProducerEpoch > cur {
 		g.txnEpoch[tc.ProducerID] = tc.ProducerEpoch
 	}
-	c.inflight.Add(1)
+	if !c.beginStore(g) {
+		done(codec.CodeNotCoordinator)
+		return
+	}
 	c.store.StageTxnOffsets(g.id, tc.ProducerID, tc.ProducerEpoch, offs, func(err error) {
-		defer c.inflight.Done()
+		defer c.endStore(g)
 		if err != nil {
 			mCommitFailures.Inc()
 			g.log.Warn("transactional offset commit failed", zap.Int64("producerId", tc.ProducerID), zap.Error(err))
@@ -187,12 +196,13 @@ func (g *group) stageTxn(tc TxnCommit, offs []storage.GroupOffset, gd *txnGuard,
 // and have not staged yet are refused (INVALID_TXN_STATE). done may run on another goroutine and
 // gets ErrNotRunning or a storage error if nothing could be recorded.
 func (c *Coordinator) CompleteTxnOffsets(group string, producerID int64, commit bool, done func(err error)) {
-	g := c.lookup(group, false)
+	g, code := c.lookup(group, false)
+	if code != codec.CodeNone {
+		done(fmt.Errorf("cannot complete transactional offsets (group %s, producer %d): shard %d answers %d: %w",
+			group, producerID, ShardFor(group), code, ErrNotRunning))
+		return
+	}
 	if g == nil {
-		if c.isClosed() {
-			done(ErrNotRunning)
-			return
-		}
 		// Neither in memory nor in the store: nothing is staged and no staging is in flight (a
 		// TxnOffsetCommit materialises the group before its verification starts).
 		done(nil)
@@ -207,9 +217,12 @@ func (c *Coordinator) CompleteTxnOffsets(group string, producerID int64, commit 
 			gd.completed = true
 			delete(g.txnGuards, producerID)
 		}
-		c.inflight.Add(1)
+		if !c.beginStore(g) {
+			done(ErrNotRunning)
+			return
+		}
 		c.store.CompleteTxnOffsets(g.id, producerID, commit, func(err error) {
-			defer c.inflight.Done()
+			defer c.endStore(g)
 			if err != nil {
 				mCommitFailures.Inc()
 				g.log.Warn("cannot complete transactional offsets", zap.Int64("producerId", producerID),

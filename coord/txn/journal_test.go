@@ -62,7 +62,7 @@ func workload(t *testing.T, tc *testCoord, prefix string, n, cycles int) {
 			}
 			end := func(commit bool) (EndTxnResult, error) {
 				e, err := call(t, func(d func(EndTxnResult, error)) {
-					tc.EndTxn(EndTxnParams{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch, Commit: commit, Version: 5}, d)
+					tc.prepareEndTxn(EndTxnParams{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch, Commit: commit, Version: 5}, d)
 				})
 				if err != nil || e.Code != 0 || e.Action.Markers == nil {
 					return e, fmt.Errorf("end %s: %+v %v", tid, e, err)
@@ -82,7 +82,7 @@ func workload(t *testing.T, tc *testCoord, prefix string, n, cycles int) {
 				}
 				m := e.Action.Markers
 				cr, err := call(t, func(d func(CompleteResult, error)) {
-					tc.Complete(CompleteParams{TransactionalID: tid, ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: commit}, d)
+					tc.complete(CompleteParams{TransactionalID: tid, ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: commit}, d)
 				})
 				if err != nil || cr.Code != 0 {
 					errs <- fmt.Errorf("complete %s: %+v %v", tid, cr, err)
@@ -105,7 +105,7 @@ func workload(t *testing.T, tc *testCoord, prefix string, n, cycles int) {
 				}
 			case 3:
 				if _, err := call(t, func(d func(any, error)) {
-					tc.Submit(tid, func(*Entry, time.Time) (*Entry, any) { return nil, nil }, d)
+					tc.submit(tid, func(*Entry, time.Time) (*Entry, any) { return nil, nil }, d)
 				}); err != nil {
 					errs <- err
 				}
@@ -214,7 +214,7 @@ func writeAt(t *testing.T, path string, off int64, b []byte) {
 }
 
 func tryStart(dir string, mod func(*Config)) error {
-	cfg := Config{ClusterDir: dir, AllocPID: (&atomicAlloc{}).alloc, ReaperInterval: time.Hour}
+	cfg := Config{ClusterDir: dir, AllocPID: (&atomicAlloc{}).alloc, ReaperInterval: time.Hour, Partitions: newFakeParts()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -222,7 +222,7 @@ func tryStart(dir string, mod func(*Config)) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.Start()
+	err = c.Start()
 	c.Close()
 	return err
 }

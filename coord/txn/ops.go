@@ -18,8 +18,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/kaas-go/kaas/codec"
 )
+
+// mTooLongIDs counts requests refused for a transactional.id over MaxTransactionalIDLen.
+var mTooLongIDs = metrics.NewCounter("kaas_txn_transactional_id_too_long_total")
 
 // AllocPID hands out a fresh, cluster-unique producer id (the persisted block allocator).
 type AllocPID func() (int64, error)
@@ -50,10 +55,20 @@ func fencedCode(version, since int16) int16 {
 	return codec.CodeProducerFenced
 }
 
+// MaxTransactionalIDLen is the longest transactional.id accepted: Apache writes it as a
+// length-prefixed string with a signed 16-bit length in __transaction_state, so it refuses
+// anything longer than Short.MAX_VALUE bytes. Flexible request versions can carry longer
+// strings; they never reach the state.
+const MaxTransactionalIDLen = math.MaxInt16
+
 // CheckTransactionalID is the caller's first gate: an empty transactional.id on a coordinator API
-// is INVALID_REQUEST (a null one on InitProducerId is the idempotent path and never gets here).
+// is INVALID_REQUEST (a null one on InitProducerId is the idempotent path and never gets here), and
+// so is one longer than MaxTransactionalIDLen bytes.
 func CheckTransactionalID(tid string) int16 {
-	if tid == "" {
+	if tid == "" || len(tid) > MaxTransactionalIDLen {
+		if len(tid) > MaxTransactionalIDLen {
+			mTooLongIDs.Inc()
+		}
 		return codec.CodeInvalidRequest
 	}
 	return codec.CodeNone
@@ -61,7 +76,7 @@ func CheckTransactionalID(tid string) int16 {
 
 // Fence tells the caller to raise ProducerID's epoch to NewEpoch on every partition (local and,
 // in cluster mode, peers), so batches from the old session are rejected with
-// INVALID_PRODUCER_EPOCH. Every epoch bump produces one (the reference reaper did not: C-D).
+// INVALID_PRODUCER_EPOCH. Every epoch bump produces one, the reaper's included.
 type Fence struct {
 	ProducerID int64
 	OldEpoch   int16
@@ -71,7 +86,7 @@ type Fence struct {
 // Markers is a COMMIT/ABORT marker dispatch owed for a Prepare* transaction. Once every marker is
 // durable the caller submits Complete with the same (ProducerID, ProducerEpoch, Commit). An empty
 // dispatch set (offset-only or empty transaction) still requires Complete: that is what commits or
-// discards the staged offsets and unblocks the next transaction (C-K).
+// discards the staged offsets and unblocks the next transaction.
 type Markers struct {
 	TransactionalID  string
 	ProducerID       int64
@@ -83,9 +98,10 @@ type Markers struct {
 	Groups           []string
 }
 
-// Action is the follow-up work of an operation. Fence, when set, must be applied before the
-// markers are written (markers carry the new epoch, so order matters only for the in-memory
-// dedupe window, but fencing first also stops zombie appends racing the markers).
+// Action is the follow-up work of an operation, carried out by the coordinator's saga (saga.go).
+// Fence, when set, is applied before the markers are written (markers carry the new epoch, so
+// order matters only for the in-memory dedupe window, but fencing first also stops zombie appends
+// racing the markers).
 type Action struct {
 	TransactionalID string
 	Fence           *Fence
@@ -152,7 +168,7 @@ type InitProducerIDResult struct {
 	ProducerEpoch int16
 	// Action: Fence for every bump of an epoch that was handed out; Fence+Markers(abort) when the
 	// call fenced an Ongoing transaction (then Code is CONCURRENT_TRANSACTIONS and the client
-	// retries once the abort completes, getting a second bump — Apache's behaviour, fixing C-F).
+	// retries once the abort completes, getting a second bump — Apache's behaviour).
 	Action Action
 }
 
@@ -311,7 +327,8 @@ func fenceAbort(cur *Entry, nowMs int64, alloc AllocPID) (*Entry, Action, int16)
 		}
 	} else {
 		// Unreachable by construction (clients never hold Short.MaxValue), but never wrap to 0 on
-		// the same id (the reference reaper did: C-D): keep the epoch and rotate on completion.
+		// the same id (a zombie at epoch 0 would pass the fence again): keep the epoch and rotate
+		// on completion.
 		pid, err := alloc()
 		if err != nil {
 			return cur, Action{}, codec.CodeCoordinatorNotAvailable
@@ -736,7 +753,7 @@ type CompleteResult struct {
 	ProducerEpoch int16
 }
 
-// Complete implements prepareComplete: Prepare* → Complete*, lists cleared, clock stopped.
+// Complete implements prepareComplete: Prepare* → Complete*, lists cleared, start time kept.
 func Complete(e *Entry, p CompleteParams, now time.Time) (*Entry, CompleteResult) {
 	res := CompleteResult{Commit: p.Commit, ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch}
 	switch {
@@ -764,8 +781,10 @@ func Complete(e *Entry, p CompleteParams, now time.Time) (*Entry, CompleteResult
 		next.ProducerID, next.ProducerEpoch = e.NextProducerID, 0
 		next.NextProducerID = NoProducerID
 	}
+	// TxnStartMs is kept: DescribeTransactions of a completed transaction reports when it started
+	// (Apache keeps txnStartTimestamp through prepareComplete). The reaper only reads it while a
+	// transaction is open.
 	next.Partitions, next.Groups = nil, nil
-	next.TxnStartMs = 0
 	next.LastUpdateMs = now.UnixMilli()
 	next.pending = false
 	res.Groups = slices.Clone(e.Groups)
@@ -790,9 +809,9 @@ func TimedOut(e *Entry, now time.Time) bool {
 }
 
 // ReaperAbort aborts a timed-out Ongoing transaction the way Apache's abortTimedOutTransactions
-// does: fence (epoch bump, reported as Action.Fence so partitions reject the zombie: C-D) and
+// does: fence (epoch bump, reported as Action.Fence so partitions reject the zombie) and
 // PrepareAbort keeping partitions AND groups, so offset-only transactions are completed too
-// (C-K). ok is false (and e returned unchanged) when the entry is not due.
+// (an offsets-only transaction is aborted and completed too). ok is false (and e returned unchanged) when the entry is not due.
 func ReaperAbort(e *Entry, now time.Time, alloc AllocPID) (next *Entry, act Action, ok bool) {
 	if !TimedOut(e, now) {
 		return e, Action{}, false
@@ -804,6 +823,14 @@ func ReaperAbort(e *Entry, now time.Time, alloc AllocPID) (next *Entry, act Acti
 	return next, act, true
 }
 
+// Expired reports an entry the reaper removes under transactional.id.expiration.ms (Apache's
+// TransactionStateManager.removeExpiredTransactionalIds): no transaction open (Empty or
+// Complete*), nothing in flight, and unchanged for at least expiration.
+func Expired(e *Entry, now time.Time, expiration time.Duration) bool {
+	return e != nil && expiration > 0 && !e.pending && (e.State == Empty || e.State.IsComplete()) &&
+		now.UnixMilli()-e.LastUpdateMs >= expiration.Milliseconds()
+}
+
 // Hanging reports a transaction open (Ongoing or prepared) for longer than its timeout: an
 // Ongoing one the reaper has not caught yet, or a prepared one whose markers are not landing. Both
 // pin the LSO of their partitions.
@@ -813,6 +840,52 @@ func Hanging(e *Entry, now time.Time) (openFor time.Duration, hanging bool) {
 	}
 	openFor = time.Duration(now.UnixMilli()-txnStart(e)) * time.Millisecond
 	return openFor, openFor > time.Duration(e.TimeoutMs)*time.Millisecond
+}
+
+// ---------------------------------------------------------------------------------------------
+// TxnOffsetCommit (key 28): the transaction-coordinator check
+
+// TxnOffsetCommitParams is the transaction half of a TxnOffsetCommit request.
+type TxnOffsetCommitParams struct {
+	TransactionalID string
+	ProducerID      int64
+	ProducerEpoch   int16
+	Group           string
+	Version         int16
+}
+
+// VerifyGroup is Apache's handleVerifyPartitionsInTransaction for the group's offsets partition
+// (TxnOffsetCommit v0-4; 3.6+ verifies by default, transaction.partition.verification.enable),
+// read-only: the group must be part of the producer's Ongoing transaction. A missing group answers
+// TRANSACTION_ABORTABLE (3.8+ coordinators); TranslateTxnOffsetCommitCode downgrades it for old
+// clients.
+func VerifyGroup(e *Entry, p TxnOffsetCommitParams) int16 {
+	switch {
+	case CheckTransactionalID(p.TransactionalID) != codec.CodeNone:
+		return codec.CodeInvalidRequest
+	case e == nil || e.ProducerID != p.ProducerID:
+		return codec.CodeInvalidProducerIDMapping
+	case e.ProducerEpoch != p.ProducerEpoch:
+		return codec.CodeProducerFenced
+	case e.pending || e.State.IsPrepare():
+		return codec.CodeConcurrentTransactions
+	case e.State != Ongoing || !e.hasGroup(p.Group):
+		return codec.CodeTransactionAbortable
+	}
+	return codec.CodeNone
+}
+
+// TranslateTxnOffsetCommitCode is AddPartitionsToTxnManager's translation for the client of
+// TxnOffsetCommit: PRODUCER_FENCED → INVALID_PRODUCER_EPOCH (the producer aborts and may carry
+// on), TRANSACTION_ABORTABLE → INVALID_TXN_STATE for versions that predate it (v0-3).
+func TranslateTxnOffsetCommitCode(code, version int16) int16 {
+	switch {
+	case code == codec.CodeProducerFenced:
+		return codec.CodeInvalidProducerEpoch
+	case code == codec.CodeTransactionAbortable && version <= 3:
+		return codec.CodeInvalidTxnState
+	}
+	return code
 }
 
 // ---------------------------------------------------------------------------------------------

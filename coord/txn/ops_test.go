@@ -218,7 +218,7 @@ func TestInitProducerIDEpochExhaustion(t *testing.T) {
 	}
 }
 
-// C-F: a rejoin during Ongoing fences and aborts the old session's transaction (its partitions
+// A rejoin during Ongoing fences and aborts the old session's transaction (its partitions
 // and groups), answers 51, and the retry after completion gets a clean Empty entry.
 func TestInitProducerIDRejoinDuringOngoing(t *testing.T) {
 	cur := mk(Ongoing, 7, 3)
@@ -670,7 +670,7 @@ func TestComplete(t *testing.T) {
 			wantState = CompleteCommit
 		}
 		if r.Code != 0 || r.Commit != commit || !slices.Equal(r.Groups, []string{"a", "b"}) || next.State != wantState ||
-			next.Partitions != nil || next.Groups != nil || next.TxnStartMs != 0 || next.pending || next.ProducerEpoch != 3 {
+			next.Partitions != nil || next.Groups != nil || next.TxnStartMs != cur.TxnStartMs || cur.TxnStartMs == 0 || next.pending || next.ProducerEpoch != 3 {
 			t.Fatalf("complete commit=%v: %+v %+v", commit, r, next)
 		}
 		if len(cur.Groups) != 2 || cur.State != st {
@@ -707,7 +707,7 @@ func TestReaperAbort(t *testing.T) {
 		t.Fatalf("reaper abort: %+v", next)
 	}
 	if act.Fence == nil || *act.Fence != (Fence{ProducerID: 7, OldEpoch: 3, NewEpoch: 4}) || act.Markers == nil || act.Markers.Commit || act.Markers.ProducerEpoch != 4 {
-		t.Fatalf("reaper action must fence (C-D): %+v", act)
+		t.Fatalf("reaper action must fence: %+v", act)
 	}
 	// In flight or not Ongoing: nothing to do.
 	if _, _, ok := ReaperAbort(next, t0.Add(time.Hour), seqAlloc(0)); ok {
@@ -717,7 +717,7 @@ func TestReaperAbort(t *testing.T) {
 		t.Fatalf("reaped nil")
 	}
 
-	// C-K: an offsets-only transaction is aborted and completed too.
+	// An offsets-only transaction is aborted and completed too.
 	off := mk(Empty, 7, 3)
 	off, _ = AddOffsets(off, AddOffsetsParams{TransactionalID: "tx", ProducerID: 7, ProducerEpoch: 3, Group: "g", Version: 3}, t0)
 	off.TimeoutMs = 10
@@ -731,7 +731,7 @@ func TestReaperAbort(t *testing.T) {
 	}
 
 	// Exhaustion: the fence reaches 32767 and the id rotates on completion; never epoch 0 on the
-	// same id (the reference wrapped: C-D).
+	// same id.
 	hi := mk(Ongoing, 7, 32766)
 	hi.TimeoutMs = 1
 	n, act, ok := ReaperAbort(hi, t0.Add(time.Second), seqAlloc(100))

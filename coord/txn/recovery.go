@@ -40,7 +40,12 @@ type replayResult struct {
 //   - Records of slots this broker does not own are left for their owner: the generation
 //     holding them is kept if any of them is newer than that slot's file. Another broker's
 //     generations are never deleted here (README "Ownership").
-func (c *Coordinator) replayJournals(states *[NumSlots]*slotState) (replayResult, error) {
+//
+// readOnly is the runtime load of one slot (LoadSlot) while the workers write their own
+// generations: nothing is truncated or removed, a torn tail is only logged (it may be a batch
+// being written right now), and a generation that disappears between listing and reading was
+// deleted by a checkpoint that covered it.
+func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool) (replayResult, error) {
 	rep := replayResult{keep: map[string]bool{}}
 	ents, err := os.ReadDir(c.dir)
 	if err != nil {
@@ -54,7 +59,7 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState) (replayResult
 	for _, de := range ents {
 		name := de.Name()
 		if base, ok := strings.CutSuffix(name, ".tmp"); ok {
-			if id, ok := parseJournalName(base); ok && id.broker == c.cfg.BrokerID {
+			if id, ok := parseJournalName(base); ok && id.broker == c.cfg.BrokerID && !readOnly {
 				// An interrupted generation creation: never renamed into place, never written to.
 				if err := c.cfg.FS.Remove(filepath.Join(c.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					c.log.Warn("cannot remove leftover journal file", zap.String("file", name), zap.Error(err))
@@ -89,6 +94,9 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState) (replayResult
 		for _, id := range chain {
 			path := filepath.Join(c.dir, journalName(id))
 			data, err := os.ReadFile(path)
+			if readOnly && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
 			if err != nil {
 				return rep, fmt.Errorf("cannot read transaction journal %s: %w", path, err)
 			}
@@ -110,7 +118,7 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState) (replayResult
 		}
 		for i := range files {
 			f := &files[i]
-			own := f.id.broker == c.cfg.BrokerID
+			own := f.id.broker == c.cfg.BrokerID && !readOnly
 			switch {
 			case f.sc.acked:
 				return rep, fmt.Errorf("cannot load transaction journal %s: damaged record at byte %d is followed by acknowledged records (byte %d); refusing to start rather than lose acknowledged transaction state",
@@ -126,13 +134,13 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState) (replayResult
 				if err := truncateSynced(f.path, f.sc.end); err != nil {
 					return rep, fmt.Errorf("cannot truncate torn tail of transaction journal %s at %d: %w", f.path, f.sc.end, err)
 				}
-			case f.sc.torn:
+			case f.sc.torn && !readOnly:
 				c.log.Warn("ignoring torn tail of another broker's transaction journal", zap.String("file", f.path),
 					zap.Int64("at", f.sc.tornAt))
 			}
 			if own {
 				rep.files = append(rep.files, f.path)
-			} else if f.sc.hasData {
+			} else if f.sc.hasData && f.id.broker != c.cfg.BrokerID {
 				c.log.Warn("replaying another broker's transaction journal for the slots this broker owns; it is not deleted",
 					zap.String("file", f.path))
 			}
@@ -140,6 +148,9 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState) (replayResult
 				r := &f.sc.recs[j]
 				if states[r.slot] != nil {
 					perSlot[r.slot] = append(perSlot[r.slot], recRef{r, f.path})
+					continue
+				}
+				if readOnly {
 					continue
 				}
 				seq, ok := foreignSeq[r.slot]

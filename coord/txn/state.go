@@ -6,9 +6,9 @@
 // with group commit and exactly one writer per slot. README.md documents the formats and the
 // recovery rules.
 //
-// The package writes no markers and fences no partitions itself: every operation that requires
-// either returns an Action, and the caller (server wiring) carries it out and reports back with
-// Complete / MarkersFailed.
+// The package also runs the commit saga (saga.go): an operation that requires fencing or markers
+// returns an Action from its pure transition, and the coordinator carries it out through its
+// PartitionWriter and GroupCompleter before it answers (EndTxn) or in the background (reaper).
 package txn
 
 import (
@@ -43,7 +43,8 @@ import (
 //	  │   └───────┬─────────┘   Add* ──► Ongoing (a new transaction)
 //	  └───────────┘ InitProducerId (epoch+1 / rotate)
 //
-//	Dead is reserved (Apache: transactional.id expiration); nothing enters it yet.
+//	Empty / Complete* ──► Dead: transactional.id.expiration.ms (the reaper removes the entry; Dead
+//	is never persisted, the journal records a deletion).
 //
 // Prepare* states carry the partition and group lists: they are the durable record of which
 // markers are still owed, so a crash between prepare and complete is finished by the reconcile

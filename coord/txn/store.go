@@ -10,12 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/storage"
 )
 
 // NumSlots is the number of slot files, Apache's transaction.state.log.num.partitions default.
 // It is part of the on-disk format: changing it makes existing entries unreachable.
-const NumSlots = 50
+const NumSlots = topology.NumTxnSlots
 
 // slotFileVersion is the only document version this code reads and writes.
 const slotFileVersion = 1
@@ -23,18 +24,12 @@ const slotFileVersion = 1
 // StateDir is the directory of the slot files under the cluster dir.
 const StateDir = "txn_state"
 
-// fnv1a32 is FNV-1a over the UTF-8 bytes of s (offset basis 2166136261, prime 16777619).
-func fnv1a32(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
-}
+// fnv1a32 is the slot hash (topology.FNV1a32); the topology owns it so that every package maps a
+// transactional.id to the same slot.
+func fnv1a32(s string) uint32 { return topology.FNV1a32(s) }
 
-// SlotFor is the slot of a transactional.id: fnv1a32(id) % 50.
-func SlotFor(tid string) int { return int(fnv1a32(tid) % NumSlots) }
+// SlotFor is the slot of a transactional.id: fnv1a32(id) % 50 (topology.TxnSlot).
+func SlotFor(tid string) int { return topology.TxnSlot(tid) }
 
 // SlotFileName is slot-N.json.
 func SlotFileName(slot int) string { return "slot-" + strconv.Itoa(slot) + ".json" }

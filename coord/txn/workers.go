@@ -38,7 +38,7 @@ var (
 	journalFullSyncsTotal   = metrics.NewCounter("kaas_txn_journal_full_syncs_total") // batch past the pre-zeroed region: fsync
 	journalRotationsTotal   = metrics.NewCounter("kaas_txn_journal_rotations_total")
 	journalTruncationsTotal = metrics.NewCounter("kaas_txn_journal_torn_tail_truncations_total")
-	endTxnDuration          = metrics.NewHistogram("kaas_txn_end_duration_seconds")
+	expiredIDsTotal         = metrics.NewCounter("kaas_txn_expired_transactional_ids_total")
 	_                       = metrics.NewGauge("kaas_txn_open_transactions", func() float64 { return float64(openTxns.Load()) })
 	_                       = metrics.NewGauge("kaas_txn_oldest_open_age_seconds", func() float64 {
 		start := oldestOpenStartMs.Load()
@@ -49,17 +49,29 @@ var (
 	})
 )
 
-// ObserveEndTxn records the client-visible duration of one EndTxn (request to answer) in
-// kaas_txn_end_duration_seconds. The EndTxn handler calls it.
-func ObserveEndTxn(d time.Duration) { endTxnDuration.Update(d.Seconds()) }
-
 var (
 	// ErrNotCoordinator: this broker does not own the transactional.id's slot (answer
 	// NOT_COORDINATOR, 16).
 	ErrNotCoordinator = errors.New("transaction coordinator does not own this transactional.id")
 	// ErrClosed: the coordinator is not running (answer COORDINATOR_NOT_AVAILABLE, 15).
 	ErrClosed = errors.New("transaction coordinator is not running")
+	// ErrLoadInProgress: the transactional.id's slot is being loaded (answer
+	// COORDINATOR_LOAD_IN_PROGRESS, 14; the client retries the same broker).
+	ErrLoadInProgress = errors.New("transaction coordinator is loading this transactional.id's slot")
+	// ErrBusy: the worker's queue is at MaxWorkerQueue (answer COORDINATOR_NOT_AVAILABLE, 15:
+	// Apache's coordinator answers that when it cannot append to its log in time; the client
+	// retries with backoff).
+	ErrBusy = errors.New("transaction coordinator worker queue is full")
 )
+
+// MaxWorkerQueue bounds the client operations queued on one worker. Requests are already
+// bounded by each connection's in-flight limit, so this is reached only when the journal cannot
+// keep up with very many connections; past it a client operation is refused (ErrBusy, counted in
+// kaas_queue_rejected_total{queue="txn_worker"}) instead of growing the queue without limit.
+// Operations of a saga in flight (internal) are continuations of admitted work and always queued.
+var MaxWorkerQueue = 1 << 16
+
+var workerQueueRejected = metrics.GetOrCreateCounter(`kaas_queue_rejected_total{queue="txn_worker"}`)
 
 // ErrorCode maps an operation's Go error to the Kafka error code the handler answers with: a
 // slot write failure or a stopped coordinator is the retriable COORDINATOR_NOT_AVAILABLE.
@@ -71,6 +83,8 @@ func ErrorCode(err error) int16 {
 		return codec.CodeNotCoordinator
 	case errors.Is(err, ErrRecordTooLarge):
 		return codec.CodeInvalidRequest
+	case errors.Is(err, ErrLoadInProgress):
+		return codec.CodeCoordinatorLoadInProgress
 	default:
 		return codec.CodeCoordinatorNotAvailable
 	}
@@ -102,17 +116,20 @@ type Config struct {
 	ReaperInterval time.Duration
 	// AllocPID allocates producer ids (required).
 	AllocPID AllocPID
-	// OwnsSlot reports whether this broker coordinates a slot (nil: every slot, single broker).
-	// The unit of ownership is the slot, never the transactional.id: routing ids to brokers by a
-	// hash different from the slot hash let two brokers rewrite the same slot file in the
-	// reference system (C-A). Cluster mode must route FindCoordinator by slot as well (Apache's
-	// partitionFor).
+	// OwnsSlot names the slots Start loads (nil: every slot, single broker); afterwards
+	// LoadSlot / ReleaseSlot change the set at runtime. The unit of ownership is the slot, never
+	// the transactional.id: routing ids to brokers by a hash different from the slot hash let two
+	// brokers rewrite the same slot file in the reference system. Cluster mode must route
+	// FindCoordinator by slot as well (Apache's partitionFor).
 	OwnsSlot func(slot int) bool
-	// OnAction receives the follow-up work of coordinator-initiated transitions: reaper aborts
-	// (fence + abort markers) and re-drives of prepared transactions whose earlier dispatch failed.
-	// Called on a worker goroutine after the change is durable; it must not block.
-	OnAction func(Action)
-	Logger   *zap.Logger
+	// Partitions writes markers and fences (required; saga.go). Groups completes staged
+	// transactional offsets (nil: no group coordinator, nothing is ever staged).
+	Partitions PartitionWriter
+	Groups     GroupCompleter
+	// IDExpiration is transactional.id.expiration.ms: the reaper removes (durably) entries that
+	// are Empty or Complete* and unchanged for this long (default 7 days, Apache's).
+	IDExpiration time.Duration
+	Logger       *zap.Logger
 	// Now is the clock (default time.Now); tests inject a fake.
 	Now func() time.Time
 	// FS is the slot-file and journal writer (default OSFileSystem); tests inject failures.
@@ -120,9 +137,12 @@ type Config struct {
 }
 
 // Coordinator is the transaction coordinator core: slots in memory, one worker per shard, group
-// commit of slot writes, a reaper. All methods are safe for concurrent use and never block the
-// caller: results arrive through the done callback, on a worker goroutine, only after every
-// state change they depend on is durable. Callbacks must not block (hand the response off).
+// commit of journal writes, the commit saga (saga.go), a reaper, runtime slot load / release
+// (slots.go). All methods are safe for concurrent use and never block the caller: results arrive
+// through the done callback — on a worker goroutine, or on the PartitionWriter's for an answer
+// that waited for a fence — only after every state change they depend on is durable. Callbacks
+// must not block (hand the response off). The package adds no mutex beyond each worker's queue
+// lock (worker.mu, a leaf: nothing is called while it is held).
 type Coordinator struct {
 	cfg     Config
 	dir     string
@@ -138,6 +158,9 @@ type Coordinator struct {
 	// crashed makes Close skip the final checkpoint and leave the journal as a crash would
 	// (tests only).
 	crashed atomic.Bool
+	// status is each slot's load state (slotStatus), written only by the slot's worker (and by
+	// Start before the workers run).
+	status [NumSlots]atomic.Int32
 }
 
 type slotState struct {
@@ -145,9 +168,11 @@ type slotState struct {
 	// seq is the journal sequence number of the slot's last durable record.
 	seq     uint64
 	entries map[string]*Entry
+	// releaseDone are the callers of ReleaseSlot waiting for the release to finish.
+	releaseDone []func(error)
 }
 
-// op is one queued operation. Exactly one of apply/sweep/list is set.
+// op is one queued operation. Exactly one of apply/sweep/list/ctl is set.
 type op struct {
 	tid  string
 	slot int
@@ -159,7 +184,13 @@ type op struct {
 	afterFlush bool
 	sweep      bool
 	list       *ListFilter
-	done       func(any, error)
+	// ctl runs on the worker between batches (slot load / release steps); done is used only
+	// when the op cannot be queued (closed).
+	ctl func(w *worker)
+	// internal ops belong to a saga in flight and are still served while the slot is being
+	// released (client ops answer NOT_COORDINATOR then).
+	internal bool
+	done     func(any, error)
 }
 
 type undoRec struct {
@@ -185,16 +216,18 @@ type worker struct {
 	exited chan struct{}
 
 	// Owned by the worker goroutine.
-	slots    map[int]*slotState
-	spare    []*op
-	results  []any
-	undo     []undoRec
-	undoSeen map[string]struct{}
-	failed   [NumSlots]error // an entry of the slot cannot be persisted (checkEntry)
-	batchErr error           // the journal append of the batch failed: every op fails
-	acts     []slotAction
-	open     int64
-	oldest   atomic.Int64
+	slots     map[int]*slotState
+	spare     []*op
+	results   []any
+	undo      []undoRec
+	undoSeen  map[string]struct{}
+	failed    [NumSlots]error // an entry of the slot cannot be persisted (checkEntry)
+	batchErr  error           // the journal append of the batch failed: every op fails
+	acts      []slotAction
+	outbox    []*saga          // sagas started by the current batch (saga.go)
+	releasing map[int]struct{} // slots being released, waiting for their sagas (slots.go)
+	open      int64
+	oldest    atomic.Int64
 
 	// Journal and checkpoints (checkpoint.go), owned by the worker goroutine.
 	cur, next *journal
@@ -220,6 +253,12 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.AllocPID == nil {
 		return nil, errors.New("cannot create transaction coordinator: AllocPID is nil")
+	}
+	if cfg.Partitions == nil {
+		return nil, errors.New("cannot create transaction coordinator: Partitions is nil")
+	}
+	if cfg.IDExpiration <= 0 {
+		cfg.IDExpiration = 7 * 24 * time.Hour
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
@@ -254,30 +293,32 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{cfg: cfg, dir: filepath.Join(cfg.ClusterDir, StateDir), log: cfg.Logger, stopReaper: make(chan struct{})}
 	for i := 0; i < cfg.Workers; i++ {
 		c.workers = append(c.workers, &worker{c: c, id: i, wake: make(chan struct{}, 1), quit: make(chan struct{}),
-			exited: make(chan struct{}), slots: map[int]*slotState{}, undoSeen: map[string]struct{}{},
+			exited: make(chan struct{}), slots: map[int]*slotState{}, undoSeen: map[string]struct{}{}, releasing: map[int]struct{}{},
 			ckJobs: make(chan ckJob, 1), ckRes: make(chan ckResult, 1), ckExited: make(chan struct{})})
 	}
 	return c, nil
 }
 
-// Owns reports whether this coordinator owns tid's slot.
-func (c *Coordinator) Owns(tid string) bool { return c.cfg.OwnsSlot(SlotFor(tid)) }
+// Owns reports whether tid's slot is loaded here (and not being released).
+func (c *Coordinator) Owns(tid string) bool {
+	return slotStatus(c.status[SlotFor(tid)].Load()) == slotLoaded
+}
 
 func (c *Coordinator) workerFor(slot int) *worker { return c.workers[slot%len(c.workers)] }
 
 // Start loads every owned slot file, replays the journal on top of it (journal.go; README.md
 // "Recovery"), bumps and persists each slot's coordinator epoch (markers of this incarnation then
 // outrank the previous one's) in a checkpoint that also retires the replayed journal, starts the
-// workers and the reaper, and returns the follow-up of every prepared transaction found (Fence to
-// its current epoch + Markers): the caller's reconcile pass writes them and submits Complete. A
-// slot file or journal that cannot be read, or is damaged anywhere but in its torn tail, stops the
-// start with an error naming it.
-func (c *Coordinator) Start() ([]Action, error) {
+// workers and the reaper, and re-drives every prepared transaction found (fence to its current
+// epoch, markers, groups, Complete: saga.go) in the background; their ids answer
+// CONCURRENT_TRANSACTIONS meanwhile. A slot file or journal that cannot be read, or is damaged
+// anywhere but in its torn tail, stops the start with an error naming it.
+func (c *Coordinator) Start() error {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create transaction state dir %s: %w", c.dir, err)
+		return fmt.Errorf("cannot create transaction state dir %s: %w", c.dir, err)
 	}
 	var (
-		acts      []Action
+		prepared  int64
 		states    [NumSlots]*slotState
 		exists    [NumSlots]bool
 		openCount = make([]int64, len(c.workers))
@@ -288,14 +329,14 @@ func (c *Coordinator) Start() ([]Action, error) {
 		}
 		ls, err := readSlot(c.dir, slot)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		states[slot] = &slotState{epoch: ls.coordinatorEpoch, seq: ls.seq, entries: ls.entries}
 		exists[slot] = ls.exists
 	}
-	rep, err := c.replayJournals(&states)
+	rep, err := c.replayJournals(&states, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var (
 		toWrite []int
@@ -306,33 +347,23 @@ func (c *Coordinator) Start() ([]Action, error) {
 			continue
 		}
 		ss.epoch++
-		for _, e := range ss.entries {
-			e.CoordinatorEpoch = ss.epoch
-			if e.State.IsOpen() {
-				openCount[slot%len(c.workers)]++
-			}
-			if e.State.IsPrepare() {
-				e.pending = true
-				acts = append(acts, Action{
-					TransactionalID: e.TransactionalID,
-					Fence:           &Fence{ProducerID: e.ProducerID, OldEpoch: NoProducerEpoch, NewEpoch: e.ProducerEpoch},
-					Markers:         markersFor(e, e.State == PrepareCommit),
-				})
-			}
-		}
+		open, prep := ss.prepareLoaded()
+		openCount[slot%len(c.workers)] += open
+		prepared += prep
 		if exists[slot] || rep.touched[slot] {
 			var buf bytes.Buffer
 			if err := encodeSlot(&buf, ss.epoch, ss.seq, ss.entries); err != nil {
-				return nil, fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
+				return fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
 			}
 			toWrite, data = append(toWrite, slot), append(data, buf.Bytes())
 		}
 		c.workerFor(slot).slots[slot] = ss
+		c.status[slot].Store(int32(slotLoaded))
 	}
 	if len(toWrite) > 0 {
 		for _, err := range writeSlotFiles(c.cfg.FS, c.dir, toWrite, data) {
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
@@ -341,7 +372,7 @@ func (c *Coordinator) Start() ([]Action, error) {
 	c.retireReplayed(rep)
 	c.gen.Store(rep.maxGen)
 	if err := c.openJournals(); err != nil {
-		return nil, err
+		return err
 	}
 	for i, w := range c.workers {
 		w.open = openCount[i]
@@ -354,11 +385,51 @@ func (c *Coordinator) Start() ([]Action, error) {
 		go w.ckLoop()
 		go w.run()
 	}
+	// Re-drive what a previous incarnation left prepared, on each worker's goroutine.
+	for _, w := range c.workers {
+		c.enqueue(&op{slot: w.id, internal: true, ctl: func(w *worker) {
+			for slot, ss := range w.slots {
+				w.redriveLoaded(slot, ss)
+			}
+		}})
+	}
 	c.wg.Add(1)
 	go c.reaperLoop()
 	c.log.Info("transaction coordinator started", zap.String("dir", c.dir), zap.Int("workers", len(c.workers)),
-		zap.Int("preparedTransactions", len(acts)), zap.Int("journalRecordsReplayed", rep.records))
-	return acts, nil
+		zap.Int64("preparedTransactions", prepared), zap.Int("journalRecordsReplayed", rep.records))
+	return nil
+}
+
+// prepareLoaded stamps a freshly loaded slot's entries with its coordinator epoch and marks every
+// Prepare* entry pending (its dispatch is about to be re-driven by redriveLoaded). The entries are
+// not shared with anything yet, so they are changed in place. It returns the number of open and
+// of prepared transactions.
+func (ss *slotState) prepareLoaded() (open, prepared int64) {
+	for _, e := range ss.entries {
+		e.CoordinatorEpoch = ss.epoch
+		if e.State.IsOpen() {
+			open++
+		}
+		if e.State.IsPrepare() {
+			e.pending = true
+			prepared++
+		}
+	}
+	return open, prepared
+}
+
+// redriveLoaded starts the saga of every prepared transaction of a slot just loaded: fence to its
+// current epoch (the fence a crashed incarnation may not have applied), markers, groups, Complete.
+func (w *worker) redriveLoaded(slot int, ss *slotState) {
+	for _, e := range ss.entries {
+		if e.State.IsPrepare() && e.pending {
+			w.startSaga(Action{
+				TransactionalID: e.TransactionalID,
+				Fence:           &Fence{ProducerID: e.ProducerID, OldEpoch: NoProducerEpoch, NewEpoch: e.ProducerEpoch},
+				Markers:         markersFor(e, e.State == PrepareCommit),
+			}, nil, nil)
+		}
+	}
 }
 
 // openJournals creates every worker's first generation (in parallel: each is a small zeroed
@@ -412,12 +483,12 @@ func (c *Coordinator) Close() {
 	})
 }
 
-// Submit queues a custom operation on tid's worker. op runs with the entry (nil if unknown) and
-// returns the next entry (the same pointer for no change; a new value otherwise, never a mutated
-// input) and a result; done receives the result once every slot write of the batch it ran in is
-// durable, or an error (ErrorCode maps it) if tid's slot write failed, the slot is not owned or
-// the coordinator is closed. done runs on the worker goroutine and must not block.
-func (c *Coordinator) Submit(tid string, apply func(e *Entry, now time.Time) (next *Entry, result any), done func(result any, err error)) {
+// submit queues a custom operation on tid's worker (tests). apply runs with the entry (nil if
+// unknown) and returns the next entry (the same pointer for no change; a new value otherwise,
+// never a mutated input) and a result; done receives the result once every slot write of the
+// batch it ran in is durable, or an error (ErrorCode maps it). done runs on the worker goroutine
+// and must not block.
+func (c *Coordinator) submit(tid string, apply func(e *Entry, now time.Time) (next *Entry, result any), done func(result any, err error)) {
 	c.enqueue(&op{tid: tid, slot: SlotFor(tid), apply: apply, done: done})
 }
 
@@ -431,6 +502,14 @@ func (c *Coordinator) enqueue(o *op) {
 		}
 		return
 	}
+	if !o.internal && o.apply != nil && len(w.queue) >= MaxWorkerQueue {
+		w.mu.Unlock()
+		workerQueueRejected.Inc()
+		if o.done != nil {
+			o.done(nil, ErrBusy)
+		}
+		return
+	}
 	w.queue = append(w.queue, o)
 	w.mu.Unlock()
 	select {
@@ -441,8 +520,10 @@ func (c *Coordinator) enqueue(o *op) {
 
 // submitTyped wraps a typed transition for the queue without exposing any to callers.
 func submitTyped[R any](c *Coordinator, tid string, apply func(*Entry, time.Time) (*Entry, R), done func(R, error)) {
-	var o op
-	o.tid, o.slot = tid, SlotFor(tid)
+	submitOp(c, &op{tid: tid, slot: SlotFor(tid)}, apply, done)
+}
+
+func submitOp[R any](c *Coordinator, o *op, apply func(*Entry, time.Time) (*Entry, R), done func(R, error)) {
 	o.apply = func(e *Entry, now time.Time) (*Entry, any) { return apply(e, now) }
 	if done != nil {
 		o.done = func(r any, err error) {
@@ -454,17 +535,30 @@ func submitTyped[R any](c *Coordinator, tid string, apply func(*Entry, time.Time
 			done(r.(R), nil)
 		}
 	}
-	c.enqueue(&o)
+	c.enqueue(o)
 }
 
-// InitProducerID runs the transactional InitProducerId. MaxTimeoutMs defaults to the config.
+// InitProducerID runs the transactional InitProducerId. MaxTimeoutMs defaults to the config. Every
+// epoch bump is fenced on the partitions before done runs, so the new epoch is already the floor
+// when the producer learns it; the abort markers of a rejoin that fenced an Ongoing transaction
+// are written in the background (the client retries its CONCURRENT_TRANSACTIONS until they are
+// done). The result's Action is always zero: the coordinator carried it out.
 func (c *Coordinator) InitProducerID(p InitProducerIDParams, done func(InitProducerIDResult, error)) {
 	if p.MaxTimeoutMs <= 0 {
 		p.MaxTimeoutMs = c.cfg.MaxTimeoutMs
 	}
+	slot := SlotFor(p.TransactionalID)
 	submitTyped(c, p.TransactionalID, func(e *Entry, now time.Time) (*Entry, InitProducerIDResult) {
 		return InitProducerID(e, p, now, c.cfg.AllocPID)
-	}, done)
+	}, func(res InitProducerIDResult, err error) {
+		act := res.Action
+		res.Action = Action{}
+		if err != nil || act.IsZero() {
+			done(res, err)
+			return
+		}
+		c.workerFor(slot).startSaga(act, func() { done(res, nil) }, nil)
+	})
 }
 
 // AddPartitions runs AddPartitionsToTxn v0-3 or (p.Implicit) the TV2 implicit add.
@@ -488,27 +582,94 @@ func (c *Coordinator) AddOffsets(p AddOffsetsParams, done func(AddOffsetsResult,
 	}, done)
 }
 
-// EndTxn runs EndTxn. On success with an Action the prepare is durable: answer the client (Apache
-// answers after the prepare is logged), then fence, write the markers and submit Complete — or
-// MarkersFailed if the dispatch gives up.
+// EndTxn runs the whole end of a transaction (saga.go): Prepare* durable, fence, markers, group
+// completion, Complete* durable — and only then done, with NONE (plus, for v5, the producer's
+// next id and epoch). Unlike Apache, which answers once the prepare is logged, the answer waits
+// for completion, so when commitTransaction() returns read_committed consumers already see the
+// data and the committed offsets are fetchable. A dispatch that fails answers the retriable
+// COORDINATOR_NOT_AVAILABLE; the transaction stays prepared and is re-driven (a retry in the
+// same direction answers CONCURRENT_TRANSACTIONS while that is in flight, then NONE). The
+// result's Action is always zero.
 func (c *Coordinator) EndTxn(p EndTxnParams, done func(EndTxnResult, error)) {
+	slot := SlotFor(p.TransactionalID)
+	c.prepareEndTxn(p, func(res EndTxnResult, err error) {
+		act := res.Action
+		res.Action = Action{}
+		switch {
+		case err != nil || act.IsZero():
+			done(res, err)
+		case res.Code != codec.CodeNone:
+			// An error may still carry work: a retried EndTxn on a prepared transaction whose
+			// earlier dispatch failed re-drives the markers; this answer is 51.
+			c.workerFor(slot).startSaga(act, nil, nil)
+			done(res, nil)
+		case act.Markers == nil:
+			c.workerFor(slot).startSaga(act, func() { done(res, nil) }, nil)
+		default:
+			c.workerFor(slot).startSaga(act, nil, func(code int16) {
+				if code != codec.CodeNone {
+					res = EndTxnResult{Code: code, ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch}
+				}
+				done(res, nil)
+			})
+		}
+	})
+}
+
+// prepareEndTxn is EndTxn's first step alone: the transition, durable, with its Action handed to
+// done instead of carried out (tests drive the saga's steps by hand through it).
+func (c *Coordinator) prepareEndTxn(p EndTxnParams, done func(EndTxnResult, error)) {
 	submitTyped(c, p.TransactionalID, func(e *Entry, now time.Time) (*Entry, EndTxnResult) {
 		return EndTxn(e, p, now, c.cfg.AllocPID)
 	}, done)
 }
 
-// Complete records that every marker of a prepared transaction is durable. The result's Groups
-// must have their staged offsets committed (Commit) or discarded.
-func (c *Coordinator) Complete(p CompleteParams, done func(CompleteResult, error)) {
-	submitTyped(c, p.TransactionalID, func(e *Entry, now time.Time) (*Entry, CompleteResult) {
-		return Complete(e, p, now)
+// complete records that every marker of a prepared transaction is durable and its groups are
+// completed (the saga's last step).
+func (c *Coordinator) complete(p CompleteParams, done func(CompleteResult, error)) {
+	submitOp(c, &op{tid: p.TransactionalID, slot: SlotFor(p.TransactionalID), internal: true},
+		func(e *Entry, now time.Time) (*Entry, CompleteResult) { return Complete(e, p, now) }, done)
+}
+
+// TxnOffsetCommitCheck is the transaction-coordinator half of TxnOffsetCommit, answered with the
+// code the client sees: for v5 (TV2) the implicit add of the group (AddOffsets, Implicit), for
+// v0-4 the read-only check that the group is in the producer's Ongoing transaction (VerifyGroup),
+// translated as Apache's AddPartitionsToTxnManager does (TranslateTxnOffsetCommitCode). A
+// coordinator that cannot answer (closed, not the owner, loading, journal write failed) is the
+// retriable COORDINATOR_NOT_AVAILABLE.
+func (c *Coordinator) TxnOffsetCommitCheck(p TxnOffsetCommitParams, done func(code int16)) {
+	answer := func(code int16, err error) {
+		if err != nil {
+			code = codec.CodeCoordinatorNotAvailable
+		}
+		done(TranslateTxnOffsetCommitCode(code, p.Version))
+	}
+	if p.Version >= 5 {
+		c.AddOffsets(AddOffsetsParams{TransactionalID: p.TransactionalID, ProducerID: p.ProducerID,
+			ProducerEpoch: p.ProducerEpoch, Group: p.Group, Version: p.Version, Implicit: true},
+			func(res AddOffsetsResult, err error) { answer(res.Code, err) })
+		return
+	}
+	submitTyped(c, p.TransactionalID, func(e *Entry, _ time.Time) (*Entry, int16) {
+		return e, VerifyGroup(e, p)
+	}, answer)
+}
+
+// Snapshot hands done a copy of tid's entry (nil if unknown), ordered after every earlier
+// operation on it.
+func (c *Coordinator) Snapshot(tid string, done func(*Entry, error)) {
+	submitTyped(c, tid, func(e *Entry, _ time.Time) (*Entry, *Entry) {
+		if e == nil {
+			return e, nil
+		}
+		return e, e.clone()
 	}, done)
 }
 
-// MarkersFailed releases the in-flight flag of a prepared transaction whose marker dispatch gave
+// markersFailed releases the in-flight flag of a prepared transaction whose marker dispatch gave
 // up, so a retried EndTxn or the next reaper tick hands the markers out again. done may be nil.
-func (c *Coordinator) MarkersFailed(m *Markers, done func(error)) {
-	o := &op{tid: m.TransactionalID, slot: SlotFor(m.TransactionalID), afterFlush: true}
+func (c *Coordinator) markersFailed(m *Markers, done func(error)) {
+	o := &op{tid: m.TransactionalID, slot: SlotFor(m.TransactionalID), afterFlush: true, internal: true}
 	o.apply = func(e *Entry, _ time.Time) (*Entry, any) {
 		if e == nil || !e.pending || !e.State.IsPrepare() || e.ProducerID != m.ProducerID || e.ProducerEpoch != m.ProducerEpoch {
 			return e, nil
@@ -563,7 +724,7 @@ func (c *Coordinator) List(f ListFilter, done func(txns []ListedTxn, unknownStat
 }
 
 // ReapNow runs one reaper pass on every worker now (the ticker does the same every
-// ReaperInterval); done, if set, gets the number of actions handed to OnAction.
+// ReaperInterval); done, if set, gets the number of sagas it started (aborts and re-drives).
 func (c *Coordinator) ReapNow(done func(actions int)) {
 	var left, total atomic.Int64
 	left.Store(int64(len(c.workers)))
@@ -646,19 +807,36 @@ func (w *worker) run() {
 	}
 }
 
-// processAll cuts the queue after every after-flush op, so an op submitted after MarkersFailed
-// always sees the released flag (queue order is the order every op observes).
+// processAll cuts the queue after every after-flush op, so an op submitted after markersFailed
+// always sees the released flag (queue order is the order every op observes), and around every
+// control op, which runs alone once everything queued before it is durable.
 func (w *worker) processAll(batch []*op) {
 	for len(batch) > 0 {
+		if o := batch[0]; o.ctl != nil {
+			o.ctl(w)
+			w.dispatchOutbox()
+			batch = batch[1:]
+			for slot := range w.releasing {
+				w.finishRelease(slot)
+			}
+			continue
+		}
 		n := len(batch)
 		for i, o := range batch {
 			if o.afterFlush {
 				n = i + 1
 				break
 			}
+			if o.ctl != nil {
+				n = i
+				break
+			}
 		}
 		w.process(batch[:n])
 		batch = batch[n:]
+		for slot := range w.releasing {
+			w.finishRelease(slot)
+		}
 	}
 }
 
@@ -690,7 +868,11 @@ func (w *worker) process(batch []*op) {
 			results[i] = w.list(*o.list, now)
 		default:
 			ss := w.slots[o.slot]
-			if ss == nil || !c.cfg.OwnsSlot(o.slot) {
+			switch st := slotStatus(c.status[o.slot].Load()); {
+			case st == slotLoading:
+				results[i] = ErrLoadInProgress
+				continue
+			case ss == nil || (st == slotReleasing && !o.internal):
 				results[i] = ErrNotCoordinator
 				continue
 			}
@@ -724,12 +906,11 @@ func (w *worker) process(batch []*op) {
 		}
 	}
 
-	// Coordinator-initiated follow-ups first, so a marker dispatch is under way before any
-	// client learns of the state it produced.
-	if c.cfg.OnAction != nil && w.batchErr == nil {
+	// Coordinator-initiated follow-ups (reaper aborts and re-drives) join the outbox first.
+	if w.batchErr == nil {
 		for _, sa := range w.acts {
 			if w.failed[sa.slot] == nil {
-				c.cfg.OnAction(sa.act)
+				w.startSaga(sa.act, nil, nil)
 			}
 		}
 	}
@@ -744,7 +925,7 @@ func (w *worker) process(batch []*op) {
 			o.done(sweepActs[i], nil)
 		case o.list != nil:
 			o.done(res, nil)
-		case res == ErrNotCoordinator, res == ErrRecordTooLarge:
+		case res == ErrNotCoordinator || res == ErrLoadInProgress || res == ErrRecordTooLarge:
 			o.done(nil, res.(error))
 		case w.batchErr != nil:
 			o.done(nil, w.batchErr)
@@ -756,6 +937,8 @@ func (w *worker) process(batch []*op) {
 	}
 	clear(w.failed[:])
 	w.batchErr = nil
+	// Every saga the batch started (its callbacks ran above) goes out together.
+	w.dispatchOutbox()
 }
 
 // set installs next for tid, remembering the pre-batch entry for rollback (flush journals the
@@ -860,17 +1043,30 @@ func (w *worker) flush() {
 	}
 }
 
-// sweep is one reaper pass over the worker's owned slots: abort timed-out transactions (with a
-// fence), re-drive prepared transactions nobody is dispatching (reconcile), warn about hanging
-// ones, and record the oldest open transaction for the age gauge.
+// sweep is one reaper pass over the worker's loaded slots: abort timed-out transactions (with a
+// fence), re-drive prepared transactions nobody is dispatching (reconcile), remove expired
+// transactional.ids, warn about hanging ones, and record the oldest open transaction for the age
+// gauge. A slot being released starts nothing new.
 func (w *worker) sweep(now time.Time) {
 	c := w.c
 	var oldest int64
 	for slot, ss := range w.slots {
-		if !c.cfg.OwnsSlot(slot) {
+		if slotStatus(c.status[slot].Load()) != slotLoaded {
 			continue
 		}
 		for tid, e := range ss.entries {
+			if Expired(e, now, c.cfg.IDExpiration) {
+				// Apache's transactional.id.expiration.ms: the id is forgotten (Dead, then
+				// removed); the journal records the deletion, the next checkpoint drops it from
+				// the slot file. A producer coming back later starts over with a fresh id.
+				mustTransition(e.State, Dead)
+				w.set(slot, ss, tid, e, nil)
+				expiredIDsTotal.Inc()
+				c.log.Info("expiring transactional.id", zap.String("transactionalId", tid),
+					zap.Int64("producerId", e.ProducerID), zap.Stringer("state", e.State),
+					zap.Duration("idleFor", time.Duration(now.UnixMilli()-e.LastUpdateMs)*time.Millisecond))
+				continue
+			}
 			if next, act, ok := ReaperAbort(e, now, c.cfg.AllocPID); ok {
 				w.set(slot, ss, tid, e, next)
 				w.acts = append(w.acts, slotAction{slot: slot, act: act})
@@ -904,7 +1100,7 @@ func (w *worker) sweep(now time.Time) {
 func (w *worker) list(f ListFilter, now time.Time) []ListedTxn {
 	var out []ListedTxn
 	for slot, ss := range w.slots {
-		if !w.c.cfg.OwnsSlot(slot) {
+		if slotStatus(w.c.status[slot].Load()) != slotLoaded {
 			continue
 		}
 		for tid, e := range ss.entries {

@@ -220,20 +220,25 @@ type testCoord struct {
 	*Coordinator
 	fs    *countingFS
 	dir   string
-	acts  chan Action
+	parts *fakeParts
+	held  []*markerCall // marker writes taken by heldActions, not answered yet
 	clock *atomic.Int64 // unix ms
 }
 
+// startCoord starts a coordinator on dir with fake partitions and groups (holding every marker
+// write and group completion until the test answers it) and returns the re-drives the start
+// dispatched, reassembled from their marker writes.
 func startCoord(t testing.TB, dir string, mod func(*Config)) (*testCoord, []Action) {
 	t.Helper()
-	tc := &testCoord{fs: newCountingFS(), dir: dir, acts: make(chan Action, 1024), clock: &atomic.Int64{}}
+	tc := &testCoord{fs: newCountingFS(), dir: dir, parts: newFakeParts(), clock: &atomic.Int64{}}
 	tc.clock.Store(t0.UnixMilli())
 	alloc := &atomicAlloc{}
 	cfg := Config{
 		ClusterDir: dir, AllocPID: alloc.alloc, FS: tc.fs,
 		Now:            func() time.Time { return time.UnixMilli(tc.clock.Load()) },
 		ReaperInterval: time.Hour,
-		OnAction:       func(a Action) { tc.acts <- a },
+		Partitions:     tc.parts,
+		Groups:         tc.parts,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -242,13 +247,13 @@ func startCoord(t testing.TB, dir string, mod func(*Config)) (*testCoord, []Acti
 	if err != nil {
 		t.Fatal(err)
 	}
-	acts, err := c.Start()
-	if err != nil {
+	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	tc.Coordinator = c
 	t.Cleanup(c.Close)
-	return tc, acts
+	tc.barrier(t)
+	return tc, tc.heldActions()
 }
 
 func (tc *testCoord) advance(d time.Duration) { tc.clock.Add(d.Milliseconds()) }
@@ -277,7 +282,7 @@ func (tc *testCoord) describe(t testing.TB, tid string) DescribeResult {
 // one batch.
 func (tc *testCoord) block(tid string) (release func()) {
 	entered, gate := make(chan struct{}), make(chan struct{})
-	tc.Submit(tid, func(e *Entry, _ time.Time) (*Entry, any) {
+	tc.submit(tid, func(e *Entry, _ time.Time) (*Entry, any) {
 		close(entered)
 		<-gate
 		return e, nil
@@ -377,11 +382,11 @@ func TestSlotFileCorruption(t *testing.T) {
 		return dir
 	}
 	tryStart := func(dir string) error {
-		c, err := New(Config{ClusterDir: dir, AllocPID: (&atomicAlloc{}).alloc})
+		c, err := New(Config{ClusterDir: dir, AllocPID: (&atomicAlloc{}).alloc, Partitions: newFakeParts()})
 		if err != nil {
 			return err
 		}
-		_, err = c.Start()
+		err = c.Start()
 		c.Close()
 		return err
 	}
@@ -443,6 +448,7 @@ func TestSingleWriterAndGroupCommit(t *testing.T) {
 		c.CheckpointBytes = 2 << 10
 		c.CheckpointInterval = time.Millisecond
 	})
+	tc.parts.auto()
 	const producers, cycles = 64, 8
 	var ops atomic.Int64
 	var wg sync.WaitGroup
@@ -469,19 +475,16 @@ func TestSingleWriterAndGroupCommit(t *testing.T) {
 					errs <- fmt.Errorf("add %s: %+v %v", tid, a, err)
 					return
 				}
+				// The whole saga: prepare, markers (the fake answers at once), complete.
 				e, err := call(t, func(d func(EndTxnResult, error)) {
 					tc.EndTxn(EndTxnParams{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch, Commit: true, Version: 5}, d)
 				})
-				if err != nil || e.Code != 0 || e.Action.Markers == nil {
+				if err != nil || e.Code != 0 || !e.Action.IsZero() {
 					errs <- fmt.Errorf("end %s: %+v %v", tid, e, err)
 					return
 				}
-				m := e.Action.Markers
-				cr, err := call(t, func(d func(CompleteResult, error)) {
-					tc.Complete(CompleteParams{TransactionalID: tid, ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: true}, d)
-				})
-				if err != nil || cr.Code != 0 {
-					errs <- fmt.Errorf("complete %s: %+v %v", tid, cr, err)
+				if d := tc.describe(t, tid); d.State != "CompleteCommit" {
+					errs <- fmt.Errorf("after end %s: %+v", tid, d)
 					return
 				}
 				pid, epoch = e.ProducerID, e.ProducerEpoch
@@ -675,7 +678,7 @@ func TestReaperAbortsAndCompletes(t *testing.T) {
 		c.ReaperInterval = 5 * time.Millisecond
 		c.Logger = zap.New(core)
 	})
-	// Offset-only transaction (C-K).
+	// Offset-only transaction: the reaper must complete it too (its group is the only thing to do).
 	r := tc.init(t, "reap", 1000)
 	if _, err := call(t, func(d func(AddOffsetsResult, error)) {
 		tc.AddOffsets(AddOffsetsParams{TransactionalID: "reap", ProducerID: r.ProducerID, ProducerEpoch: 0, Group: "g1", Version: 3}, d)
@@ -683,20 +686,25 @@ func TestReaperAbortsAndCompletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case a := <-tc.acts:
-		t.Fatalf("reaped before the timeout: %+v", a)
+	case g := <-tc.parts.groups:
+		t.Fatalf("reaped before the timeout: %+v", g)
 	case <-time.After(30 * time.Millisecond):
 	}
 	tc.advance(1500 * time.Millisecond)
-	var act Action
+	// The reaper fences the zombie and aborts: no partition, so the saga goes straight to the
+	// group, whose staged offsets are discarded.
+	var fence FenceRequest
 	select {
-	case act = <-tc.acts:
+	case fence = <-tc.parts.fences:
 	case <-time.After(5 * time.Second):
-		t.Fatal("reaper did not abort the timed-out transaction")
+		t.Fatal("reaper did not fence the timed-out transaction")
 	}
-	if act.TransactionalID != "reap" || act.Fence == nil || act.Fence.NewEpoch != 1 || act.Markers == nil || act.Markers.Commit ||
-		!slices.Equal(act.Markers.Groups, []string{"g1"}) || act.Markers.CoordinatorEpoch != 1 {
-		t.Fatalf("reaper action: %+v %+v", act, act.Markers)
+	if fence.ProducerID != r.ProducerID || fence.Epoch != 1 {
+		t.Fatalf("reaper fence: %+v", fence)
+	}
+	g := tc.parts.nextGroup(t)
+	if g.group != "g1" || g.commit || g.pid != r.ProducerID || g.epoch != 1 {
+		t.Fatalf("reaper group completion: %+v", g)
 	}
 	// The zombie is fenced at the coordinator too.
 	if a, _ := call(t, func(d func(AddOffsetsResult, error)) {
@@ -709,20 +717,23 @@ func TestReaperAbortsAndCompletes(t *testing.T) {
 	waitFor(t, "hanging warning", func() bool {
 		return logs.FilterMessage("transaction open longer than its timeout").FilterField(zap.String("transactionalId", "reap")).Len() > 0
 	})
-	if len(tc.acts) != 0 {
+	if len(tc.parts.groups) != 0 || len(tc.parts.calls) != 0 {
 		t.Fatalf("in-flight dispatch re-driven")
 	}
-	cr, err := call(t, func(d func(CompleteResult, error)) {
-		tc.Complete(CompleteParams{TransactionalID: "reap", ProducerID: act.Markers.ProducerID, ProducerEpoch: act.Markers.ProducerEpoch}, d)
-	})
-	if err != nil || cr.Code != 0 || !slices.Equal(cr.Groups, []string{"g1"}) || cr.Commit {
-		t.Fatalf("complete: %+v %v", cr, err)
+	if d := tc.describe(t, "reap"); d.State != "PrepareAbort" {
+		t.Fatalf("before the group completed: %+v", d)
 	}
-	if d := tc.describe(t, "reap"); d.State != "CompleteAbort" {
-		t.Fatalf("after complete: %+v", d)
+	g.done(nil)
+	waitFor(t, "abort completed", func() bool { return tc.describe(t, "reap").State == "CompleteAbort" })
+	// The completed transaction still reports when it started.
+	if d := tc.describe(t, "reap"); d.StartTimeMs != t0.UnixMilli() {
+		t.Fatalf("start time after completion: %+v", d)
 	}
 }
 
+// TestMarkersFailedRedrives: a marker write that fails answers EndTxn with the retriable 15 and
+// leaves the transaction prepared; the reaper re-drives it, a client retry while that is in
+// flight answers 51, and after another failure a client retry re-drives it too.
 func TestMarkersFailedRedrives(t *testing.T) {
 	tc, _ := startCoord(t, t.TempDir(), nil)
 	r := tc.init(t, "md", 60_000)
@@ -732,36 +743,62 @@ func TestMarkersFailedRedrives(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := EndTxnParams{TransactionalID: "md", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 3}
-	e, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) })
-	if e.Code != 0 || e.Action.Markers == nil {
-		t.Fatalf("end: %+v", e)
+	answered := make(chan EndTxnResult, 1)
+	tc.EndTxn(end, func(res EndTxnResult, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- res
+	})
+	first := tc.parts.nextCall(t)
+	if len(first.reqs) != 1 || first.reqs[0] != (MarkerRequest{TransactionalID: "md", Topic: "t", Partition: 0, ProducerID: r.ProducerID,
+		ProducerEpoch: 0, Commit: true, CoordinatorEpoch: 1, TxnVersion: 1}) {
+		t.Fatalf("markers: %+v", first.reqs)
 	}
 	// In flight: retries answer 51 and do not hand the markers out twice.
-	if e2, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) }); e2.Code != codec.CodeConcurrentTransactions || e2.Action.Markers != nil {
+	if e2, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) }); e2.Code != codec.CodeConcurrentTransactions {
 		t.Fatalf("retry in flight: %+v", e2)
 	}
-	if err, _ := call(t, func(d func(error, error)) { tc.MarkersFailed(e.Action.Markers, func(err error) { d(err, nil) }) }); err != nil {
-		t.Fatal(err)
+	tc.barrier(t)
+	if len(tc.parts.calls) != 0 {
+		t.Fatal("markers handed out twice")
+	}
+	first.answer(codec.CodeNotLeaderForPartition)
+	if res := <-answered; res.Code != codec.CodeCoordinatorNotAvailable {
+		t.Fatalf("EndTxn after a failed marker: %+v", res)
+	}
+	if d := tc.describe(t, "md"); d.State != "PrepareCommit" {
+		t.Fatalf("after a failed marker: %+v", d)
 	}
 	// The reaper's reconcile re-drives it ...
 	n, _ := call(t, func(d func(int, error)) { tc.ReapNow(func(n int) { d(n, nil) }) })
 	if n != 1 {
-		t.Fatalf("reconcile handed out %d actions", n)
+		t.Fatalf("reconcile started %d sagas", n)
 	}
-	a := <-tc.acts
-	if a.Markers == nil || !a.Markers.Commit || len(a.Markers.Partitions) != 1 {
-		t.Fatalf("reconcile action: %+v", a)
+	again := tc.parts.nextCall(t)
+	if len(again.reqs) != 1 || !again.reqs[0].Commit {
+		t.Fatalf("reconcile markers: %+v", again.reqs)
 	}
-	// ... and after another failure, so does a client retry.
-	tc.MarkersFailed(a.Markers, nil)
-	e3, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) })
-	if e3.Code != codec.CodeConcurrentTransactions || e3.Action.Markers == nil {
+	// ... and after another failure, so does a client retry (answered 51, the saga completes).
+	again.answer(codec.CodeKafkaStorageError)
+	waitFor(t, "pending released", func() bool {
+		var p bool
+		tc.Snapshot("md", func(e *Entry, _ error) { p = e.Pending() })
+		tc.barrier(t)
+		return !p
+	})
+	if e3, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) }); e3.Code != codec.CodeConcurrentTransactions {
 		t.Fatalf("client retry after failure: %+v", e3)
+	}
+	tc.parts.nextCall(t).answer(codec.CodeNone)
+	waitFor(t, "commit completed", func() bool { return tc.describe(t, "md").State == "CompleteCommit" })
+	if e4, _ := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) }); e4.Code != 0 {
+		t.Fatalf("retry after completion: %+v", e4)
 	}
 }
 
-// TestLoadAfterCrash: a prepared transaction survives a restart; Start returns it for the
-// reconcile pass, with the coordinator epoch bumped.
+// TestLoadAfterCrash: a prepared transaction survives a restart; Start re-drives it (fence to its
+// epoch, markers with the coordinator epoch bumped) and completes it once the markers land.
 func TestLoadAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	tc, _ := startCoord(t, dir, nil)
@@ -771,17 +808,16 @@ func TestLoadAfterCrash(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e, _ := call(t, func(d func(EndTxnResult, error)) {
-		tc.EndTxn(EndTxnParams{TransactionalID: "crash", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 5}, d)
-	})
-	if e.Code != 0 || e.Action.Markers.CoordinatorEpoch != 1 {
-		t.Fatalf("end: %+v", e)
+	tc.EndTxn(EndTxnParams{TransactionalID: "crash", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 5},
+		func(EndTxnResult, error) {})
+	if c := tc.parts.nextCall(t); c.reqs[0].CoordinatorEpoch != 1 {
+		t.Fatalf("markers: %+v", c.reqs)
 	}
 	tc.Close() // crash: markers never completed
 
 	tc2, acts := startCoord(t, dir, nil)
 	if len(acts) != 1 {
-		t.Fatalf("Load returned %d actions", len(acts))
+		t.Fatalf("start re-drove %d transactions", len(acts))
 	}
 	a := acts[0]
 	if a.TransactionalID != "crash" || a.Markers == nil || !a.Markers.Commit || a.Markers.ProducerEpoch != 1 ||
@@ -791,15 +827,11 @@ func TestLoadAfterCrash(t *testing.T) {
 	// The reconcile owns the dispatch: client retries wait.
 	if e2, _ := call(t, func(d func(EndTxnResult, error)) {
 		tc2.EndTxn(EndTxnParams{TransactionalID: "crash", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 5}, d)
-	}); e2.Code != codec.CodeConcurrentTransactions || e2.Action.Markers != nil {
+	}); e2.Code != codec.CodeConcurrentTransactions {
 		t.Fatalf("retry during reconcile: %+v", e2)
 	}
-	cr, err := call(t, func(d func(CompleteResult, error)) {
-		tc2.Complete(CompleteParams{TransactionalID: "crash", ProducerID: a.Markers.ProducerID, ProducerEpoch: a.Markers.ProducerEpoch, Commit: true}, d)
-	})
-	if err != nil || cr.Code != 0 {
-		t.Fatalf("complete: %+v %v", cr, err)
-	}
+	tc2.held[0].answer(codec.CodeNone)
+	waitFor(t, "reconcile completed", func() bool { return tc2.describe(t, "crash").State == "CompleteCommit" })
 	// The client's retry of the lost EndTxn v5 response is recognised.
 	if e3, _ := call(t, func(d func(EndTxnResult, error)) {
 		tc2.EndTxn(EndTxnParams{TransactionalID: "crash", ProducerID: r.ProducerID, ProducerEpoch: 0, Commit: true, Version: 5}, d)

@@ -64,7 +64,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 					defer wg.Done()
 					step := make(chan struct{}, 1)
 					for range work {
-						c.Submit(tid, bump, func(_ any, err error) {
+						c.submit(tid, bump, func(_ any, err error) {
 							if err != nil {
 								b.Errorf("submit: %v", err)
 							}
@@ -100,7 +100,9 @@ func benchCoordinator(b *testing.B) *Coordinator {
 	if w := os.Getenv("KAAS_TXN_BENCH_WORKERS"); w != "" {
 		workers, _ = strconv.Atoi(w)
 	}
-	cfg := Config{ClusterDir: dir, AllocPID: alloc.alloc, ReaperInterval: time.Hour, Workers: workers}
+	parts := newFakeParts()
+	parts.auto()
+	cfg := Config{ClusterDir: dir, AllocPID: alloc.alloc, ReaperInterval: time.Hour, Workers: workers, Partitions: parts}
 	if os.Getenv("KAAS_TXN_BENCH_NOFSYNC") != "" {
 		cfg.FS = noSyncFS{}
 	}
@@ -108,7 +110,7 @@ func benchCoordinator(b *testing.B) *Coordinator {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := c.Start(); err != nil {
+	if err := c.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(c.Close)
@@ -168,15 +170,6 @@ func benchCycle(b *testing.B, ids int, version int16) {
 							b.Errorf("end: %+v %v", r, err)
 						}
 						endRes = r
-						step <- struct{}{}
-					})
-				<-step
-				m := endRes.Action.Markers
-				c.Complete(CompleteParams{TransactionalID: p.tid, ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: true},
-					func(r CompleteResult, err error) {
-						if err != nil || r.Code != 0 {
-							b.Errorf("complete: %+v %v", r, err)
-						}
 						step <- struct{}{}
 					})
 				<-step

@@ -1,0 +1,204 @@
+package txn
+
+// Loading and releasing one slot at runtime (cluster mode moves slot N with the leadership of
+// __transaction_state partition N; the single broker loads every slot in Start).
+//
+//	              LoadSlot(N, epoch)                      install (worker)
+//	 unloaded ─────────────────────────► loading ─────────────────────────► loaded
+//	    ▲      ops answer 16              │  read slot-N.json + replay every   │ ops served;
+//	    │                                 │  journal's records of N (read-     │ Prepare* entries
+//	    │                                 │  only), epoch = max(epoch, stored),│ re-driven (sagas)
+//	    │                                 │  checkpoint slot-N.json            │
+//	    │                                 │  ops answer 14                     │ ReleaseSlot(N)
+//	    │                                 ▼ (a read or write error)            ▼
+//	    └────────────────────────────── unloaded ◄──────────────────────── releasing
+//	       checkpoint slot-N.json durable,        client ops answer 16; the queued ops before
+//	       entries dropped from memory            the release and the sagas in flight finish
+//	                                              (their internal ops are still served)
+//
+// Every status change happens on the slot's worker goroutine, so it is ordered with the slot's
+// operations: an op queued before ReleaseSlot is answered normally, one queued after it answers
+// NOT_COORDINATOR. The status is also published in Coordinator.status for cheap reads (Owns).
+// A release waits for the slot's entries to leave pending (the single record of a saga in
+// flight); a fence-only saga (InitProducerId) changes no state, so it does not hold a release. The release checkpoint runs on the worker after waiting for the checkpointer's job
+// in flight, so slot-N.json still has exactly one writer at a time; a loading slot has no
+// in-memory state on any worker, so its checkpoint by the loader cannot race one.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+type slotStatus int32
+
+const (
+	slotUnloaded slotStatus = iota
+	slotLoading
+	slotLoaded
+	slotReleasing
+)
+
+// ErrSlotBusy: a LoadSlot or ReleaseSlot found the slot in the middle of the other transition.
+var ErrSlotBusy = errors.New("transaction slot is being loaded or released")
+
+func checkSlot(slot int) error {
+	if slot < 0 || slot >= NumSlots {
+		return fmt.Errorf("cannot use transaction slot %d: there are %d", slot, NumSlots)
+	}
+	return nil
+}
+
+// LoadSlot loads slot (its file and every journal record of it, from any broker), makes its
+// coordinator epoch max(epoch, the persisted one) — epoch is the leader epoch of
+// __transaction_state partition slot — checkpoints it, starts serving it and re-drives every
+// prepared transaction in it. Meanwhile its operations answer COORDINATOR_LOAD_IN_PROGRESS. done
+// gets nil once the slot is served (at once if it already is), or the error that stopped the load
+// (the slot is then unloaded again).
+func (c *Coordinator) LoadSlot(slot int, epoch int32, done func(error)) {
+	if err := checkSlot(slot); err != nil {
+		done(err)
+		return
+	}
+	c.enqueue(&op{slot: slot, done: func(_ any, err error) { done(err) }, ctl: func(w *worker) {
+		switch slotStatus(c.status[slot].Load()) {
+		case slotLoaded:
+			done(nil)
+			return
+		case slotLoading, slotReleasing:
+			done(ErrSlotBusy)
+			return
+		}
+		c.status[slot].Store(int32(slotLoading))
+		// Reading the journals can take a while: off the worker, which keeps serving the other
+		// slots. One goroutine per load, not per operation.
+		go func() {
+			ss, err := c.readSlotState(slot, epoch)
+			c.enqueue(&op{slot: slot, internal: true, done: func(_ any, cerr error) { done(errors.Join(err, cerr)) },
+				ctl: func(w *worker) { w.installSlot(slot, ss, err, done) }})
+		}()
+	}})
+}
+
+// readSlotState is the load of one slot: the slot file, the journal records of the slot from
+// every generation in the directory (read-only: nothing is truncated or deleted; the files of
+// running workers are read as they are), the epoch, and the checkpoint.
+func (c *Coordinator) readSlotState(slot int, epoch int32) (*slotState, error) {
+	ls, err := readSlot(c.dir, slot)
+	if err != nil {
+		return nil, err
+	}
+	var states [NumSlots]*slotState
+	ss := &slotState{epoch: ls.coordinatorEpoch, seq: ls.seq, entries: ls.entries}
+	states[slot] = ss
+	rep, err := c.replayJournals(&states, true)
+	if err != nil {
+		return nil, err
+	}
+	ss.epoch = max(ss.epoch, epoch)
+	var buf bytes.Buffer
+	if err := encodeSlot(&buf, ss.epoch, ss.seq, ss.entries); err != nil {
+		return nil, fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
+	}
+	if err := writeSlotFiles(c.cfg.FS, c.dir, []int{slot}, [][]byte{buf.Bytes()})[0]; err != nil {
+		return nil, err
+	}
+	c.log.Info("transaction slot loaded", zap.Int("slot", slot), zap.Int32("coordinatorEpoch", ss.epoch),
+		zap.Int("entries", len(ss.entries)), zap.Int("journalRecordsReplayed", rep.records))
+	return ss, nil
+}
+
+// installSlot finishes a load on the slot's worker.
+func (w *worker) installSlot(slot int, ss *slotState, err error, done func(error)) {
+	c := w.c
+	if err != nil {
+		c.status[slot].Store(int32(slotUnloaded))
+		c.log.Error("cannot load transaction slot", zap.Int("slot", slot), zap.Error(err))
+		done(fmt.Errorf("cannot load transaction slot %d: %w", slot, err))
+		return
+	}
+	open, _ := ss.prepareLoaded()
+	w.slots[slot] = ss
+	w.open += open
+	openTxns.Add(open)
+	c.status[slot].Store(int32(slotLoaded))
+	w.redriveLoaded(slot, ss)
+	done(nil)
+}
+
+// ReleaseSlot stops serving slot: operations queued after it answer NOT_COORDINATOR, the ones
+// queued before it and every saga in flight finish, then the slot is checkpointed durably and
+// dropped from memory. done gets nil once the slot file holds everything (at once if the slot is
+// not loaded), or the checkpoint error (the slot is then served again, nothing lost: the journal
+// still holds its changes). The PartitionWriter and GroupCompleter must answer every call: a
+// dispatch that never answers holds the release. The checkpoint runs on the worker, so the
+// worker's other slots wait for that one slot file write.
+func (c *Coordinator) ReleaseSlot(slot int, done func(error)) {
+	if err := checkSlot(slot); err != nil {
+		done(err)
+		return
+	}
+	c.enqueue(&op{slot: slot, done: func(_ any, err error) { done(err) }, ctl: func(w *worker) {
+		switch slotStatus(c.status[slot].Load()) {
+		case slotUnloaded:
+			done(nil)
+			return
+		case slotLoading:
+			done(ErrSlotBusy)
+			return
+		}
+		ss := w.slots[slot]
+		ss.releaseDone = append(ss.releaseDone, done)
+		c.status[slot].Store(int32(slotReleasing))
+		w.releasing[slot] = struct{}{}
+	}})
+}
+
+// finishRelease completes a release once no dispatch of the slot is in flight: no entry is
+// pending (the one record of a saga in flight; a failed saga has released its flag before it
+// answers). The worker calls it after every batch while the slot is releasing.
+func (w *worker) finishRelease(slot int) {
+	c := w.c
+	ss := w.slots[slot]
+	for _, e := range ss.entries {
+		if e.pending {
+			return
+		}
+	}
+	delete(w.releasing, slot)
+	if w.ckBusy {
+		w.ckDone(<-w.ckRes, time.Now())
+	}
+	res := w.runJob(ckJob{snaps: []slotSnap{{slot: slot, epoch: ss.epoch, seq: ss.seq, entries: ss.entries}}})
+	waiters := ss.releaseDone
+	ss.releaseDone = nil
+	if len(res.failed) > 0 {
+		// Keep serving it: its changes are in the journal, the next checkpoint retries.
+		w.unck[slot] = true
+		c.status[slot].Store(int32(slotLoaded))
+		err := fmt.Errorf("cannot release transaction slot %d: its checkpoint failed", slot)
+		for _, d := range waiters {
+			d(err)
+		}
+		return
+	}
+	w.unck[slot] = false
+	var open int64
+	for _, e := range ss.entries {
+		if e.State.IsOpen() {
+			open++
+		}
+	}
+	w.open -= open
+	openTxns.Add(-open)
+	delete(w.slots, slot)
+	c.status[slot].Store(int32(slotUnloaded))
+	c.log.Info("transaction slot released", zap.Int("slot", slot), zap.Int("entries", len(ss.entries)),
+		zap.Uint64("seq", ss.seq))
+	for _, d := range waiters {
+		d(nil)
+	}
+}
