@@ -20,7 +20,28 @@
 // the checksum of Kafka record batches) through the one table below.
 //
 // The scanner (scan.go) walks a file front to back and classifies where the valid data stops,
-// the appender (append.go) writes and syncs frames and repairs the file after a failed write.
+// the appender (append.go) writes and syncs frames and repairs the file after a failed write,
+// and Reader / AppendStr (reader.go) encode and decode payload fields.
+//
+// A new log (ACLs, credentials, assignments) needs only its payload codec:
+//
+//	var aclFormat = framelog.Format{Magic: ..., HeaderLen: 12, LenAt: 4, CRCAt: 8, MaxLen: 16 << 20}
+//
+//	// open: replay, then cut a torn tail; refuse damage inside acknowledged data
+//	sc := framelog.Scanner{Format: &aclFormat, Frame: func(pos int, p []byte) (bool, error) {
+//		return true, apply(p) // one frame per Append: every frame is a unit
+//	}}
+//	res, err := sc.Scan(data, headerLen)
+//	// res.Damaged → refuse to start; res.Torn → truncate to res.End and fsync
+//
+//	// write: one write + one sync per call; refuse what the reader would refuse
+//	app := framelog.NewAppender(file, &aclFormat, res.End, 0)
+//	err = app.Append(payload) // framelog.ErrFrameTooLarge past MaxLen
+//
+// Without a batch number in the payload, write one frame per Append call: the scanner can then
+// tell a torn last write (nothing valid after it) from damage (a valid frame after it). A log
+// that writes several frames per call marks each call's last frame (Frame's commit) and tells
+// the scanner, through Follow, which later frames belong to the unfinished call.
 package framelog
 
 import (
