@@ -94,6 +94,10 @@ type Partition struct {
 	// nonWALEnd is the log end after the last append that did NOT go through the WAL (topic
 	// acknowledging from the page cache); such data needs a segment fsync to become durable.
 	nonWALEnd atomic.Int64
+	// markerEnd is the log end after the last COMMIT/ABORT marker appended. While it is above
+	// the HWM, Sync waits for the fsync even on a topic that acknowledges from the page cache
+	// (see Sync).
+	markerEnd atomic.Int64
 	// Guarded by wal.mu: dedup of this partition's entry in the pending round, and membership in
 	// the checkpoint's dirty list.
 	walRound uint64
@@ -540,6 +544,9 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	p.applyTxnEventLocked(p.producers.record(b), b.BaseOffset())
 	p.leoLocal = b.LastOffset() + 1
 	p.leo.Store(p.leoLocal)
+	if b.IsControl() {
+		p.markerEnd.Store(p.leoLocal)
+	}
 	if viaWAL {
 		_, maxTs, maxOff := seg.stats()
 		p.wal.enqueue(p, b, base, walEntry{p: p, end: p.leoLocal, seg: seg, pos: size + int64(len(b)), maxTs: maxTs, maxOff: maxOff})
@@ -770,9 +777,14 @@ func (p *Partition) segmentSyncFailedLocked(err error) {
 // Sync calls done once every offset < end is fsync'd (from the flusher goroutine; done must not
 // block). err != nil means the caller answers KAFKA_STORAGE_ERROR. One fsync serves every waiter
 // covered at that moment (group commit). With flush.messages > 1 the operator chose acks from the
-// page cache: done(nil) is called inline.
+// page cache: done(nil) is called inline, except while a transaction marker is not yet durable.
+// A marker's durability is not the topic's choice: the coordinator writes COMPLETE once every
+// marker's Sync said durable, and a marker lost to a power loss after that leaves the
+// transaction hanging on this partition (the LSO pinned) with nobody left to rewrite it. So
+// while a marker is above the HWM every Sync reaching past the HWM waits for the fsync (the
+// waiter makes the flusher fsync at once).
 func (p *Partition) Sync(end int64, done func(err error)) {
-	if p.config().FlushMessages > 1 {
+	if p.config().FlushMessages > 1 && !(p.markerEnd.Load() > p.hwm.Load() && end > p.hwm.Load()) {
 		done(nil)
 		return
 	}
