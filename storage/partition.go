@@ -541,7 +541,12 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	}
 	seg.track(b, size, p.interval, nowMs)
 	seg.size.Store(size + int64(len(b)))
+	pid := b.ProducerID()
+	_, known := p.producers.m[pid]
 	p.applyTxnEventLocked(p.producers.record(b), b.BaseOffset())
+	if !known && pid >= 0 {
+		p.trackPIDLocked(pid)
+	}
 	p.leoLocal = b.LastOffset() + 1
 	p.leo.Store(p.leoLocal)
 	if b.IsControl() {
@@ -1024,6 +1029,7 @@ func (p *Partition) shutdown(clean bool) error {
 	}
 	p.closed = true
 	active := p.active
+	p.untrackAllLocked()
 	p.mu.Unlock()
 	active.seal() // the zeroer stops after its current chunk
 	if !clean {
@@ -1393,6 +1399,22 @@ func (p *Partition) Producers() []ProducerInfo {
 // Store.FenceProducer for an epoch bump: it reaches every partition.
 func (p *Partition) FenceProducer(pid int64, epoch int16) {
 	p.mu.Lock()
-	p.producers.fence(pid, epoch)
+	if !p.closed {
+		p.producers.fence(pid, epoch)
+		p.topic.store.pids.add(pid, p)
+	}
 	p.mu.Unlock()
+}
+
+// untrackAllLocked removes every pid of this partition from the store's index (close, release).
+func (p *Partition) untrackAllLocked() {
+	if p.producers == nil {
+		return
+	}
+	for pid := range p.producers.m {
+		p.topic.store.pids.remove(pid, p)
+	}
+	for pid := range p.producers.guards {
+		p.topic.store.pids.remove(pid, p)
+	}
 }

@@ -32,6 +32,7 @@ type Store struct {
 	closed bool
 
 	fences fenceMemory // store-wide fenced epochs (FenceProducer, txn.go)
+	pids   pidIndex    // pid → partitions holding producer state or a guard for it (txn.go)
 
 	wal *wal // shared write-ahead log (Config.WAL), nil when off
 

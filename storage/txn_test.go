@@ -767,3 +767,50 @@ func TestTxnIndexCodec(t *testing.T) {
 		t.Fatal("empty", err)
 	}
 }
+
+// FenceProducer visits only the partitions holding state (an entry or a guard) for the producer,
+// found through the store's pid index; the index follows state as it is created, reloaded and
+// closed, and a partition without state still rejects the fenced epoch.
+func TestFenceProducerVisitsOnlyPartitionsWithState(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	top, err := s.CreateTopic("many", 50, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3, p7, p9 := top.Partition(3), top.Partition(7), top.Partition(9)
+	mustAppend(t, p3, makeBatch(t, tb{pid: 5, epoch: 0, seq: 0}), 0)
+	mustAppend(t, p7, makeBatch(t, tb{pid: 5, epoch: 0, seq: 0}), 0)
+	if _, ongoing := p9.VerificationGuard(5, 0); ongoing {
+		t.Fatal("no transaction is ongoing")
+	}
+	if got := len(s.pids.partitions(5)); got != 3 {
+		t.Fatalf("pid 5 indexed on %d partitions, want 3", got)
+	}
+	before := fencePartitionsTotal.Get()
+	s.FenceProducer(5, 1)
+	if got := fencePartitionsTotal.Get() - before; got != 3 {
+		t.Fatalf("fence visited %d partitions, want 3", got)
+	}
+	for _, p := range []*Partition{p3, p7} {
+		if ep, _, _, _ := p.ProducerState(5); ep != 1 {
+			t.Fatalf("partition %d: epoch %d after fence, want 1", p.ID(), ep)
+		}
+		wantCode(t, "old epoch on a fenced partition", p.Append(makeBatch(t, tb{pid: 5, epoch: 0, seq: 1}), 0), codec.CodeInvalidProducerEpoch)
+	}
+	// A partition that never saw pid 5 rejects the old epoch through the store's fence memory.
+	wantCode(t, "old epoch on a partition without state", top.Partition(20).Append(makeBatch(t, tb{pid: 5, epoch: 0, seq: 0}), 0), codec.CodeInvalidProducerEpoch)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.pids.len(); n != 0 {
+		t.Fatalf("%d pids indexed after close", n)
+	}
+	// Reopened: the state loaded from snapshots is indexed again (p9's fence turned its guard
+	// into an entry at epoch 1).
+	s = openStore(t, dir)
+	defer s.Close()
+	if got := len(s.pids.partitions(5)); got != 3 {
+		t.Fatalf("pid 5 indexed on %d partitions after reopen, want 3", got)
+	}
+}
