@@ -67,7 +67,7 @@ type txnIndex struct {
 	mu      sync.Mutex
 	queue   []*txnSpan   // by first offset
 	aborted []AbortedTxn // by LastOffset
-	maxSpan int64        // max LastOffset-FirstOffset ever in aborted (bounds AbortedTransactions' scan)
+	maxSpan int64        // max LastOffset-FirstOffset in aborted (bounds AbortedTransactions' scan)
 }
 
 // lso computes the last stable offset for the given HWM and log start, dropping decided, durable
@@ -226,6 +226,13 @@ func (t *txnIndex) trimBelow(logStart int64) {
 	t.mu.Lock()
 	i := sort.Search(len(t.aborted), func(i int) bool { return t.aborted[i].LastOffset >= logStart })
 	t.aborted = append([]AbortedTxn(nil), t.aborted[i:]...)
+	// The scan bound shrinks with what is left: one long transaction that left the index must
+	// not make every later AbortedTransactions scan the whole index.
+	var span int64
+	for _, a := range t.aborted {
+		span = max(span, a.LastOffset-a.FirstOffset)
+	}
+	t.maxSpan = span
 	t.mu.Unlock()
 }
 

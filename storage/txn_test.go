@@ -814,3 +814,38 @@ func TestFenceProducerVisitsOnlyPartitionsWithState(t *testing.T) {
 		t.Fatalf("pid 5 indexed on %d partitions after reopen, want 3", got)
 	}
 }
+
+// The aborted-transaction scan bound (maxSpan) shrinks when a long transaction's entry leaves
+// the index with its segment (retention moves the log start past its marker).
+func TestAbortedScanBoundShrinksWhenLongTxnLeavesIndex(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := newPartition(t, s, map[string]string{"segment.ms": "1000", "retention.ms": "10000"})
+	// Old segment (wall clock 0, timestamps 0): a long transaction of pid 1, aborted.
+	txnAppend(t, p, 1, 0, 0, 1)
+	for i := 0; i < 40; i++ {
+		mustAppend(t, p, makeBatch(t, tb{ts: 0}), 0)
+	}
+	long := p.AppendMarker(1, 0, false, 0, 0)
+	if long.Code != codec.CodeNone || syncWait(p, long.LastOffset+1) != nil {
+		t.Fatal("long abort marker failed")
+	}
+	// New segment (the roll at wall clock 5000), recent timestamps: a short aborted transaction.
+	mustAppend(t, p, makeBatch(t, tb{ts: 20_000}), 5000)
+	short := txnAppend(t, p, 2, 0, 0, 1)
+	sm := mustMarker(t, p, 2, 0, false, 0)
+	if got, want := p.txn.maxSpan, long.LastOffset; got != want {
+		t.Fatalf("maxSpan %d before retention, want %d", got, want)
+	}
+	s.RunRetention(time.UnixMilli(25_000))
+	if p.LogStartOffset() <= long.LastOffset {
+		t.Fatalf("retention kept the long transaction's segment (log start %d)", p.LogStartOffset())
+	}
+	if got, want := p.txn.maxSpan, sm.LastOffset-short.BaseOffset; got != want {
+		t.Fatalf("maxSpan %d after the long transaction left the index, want %d", got, want)
+	}
+	ab := p.AbortedTransactions(p.LogStartOffset(), p.HighWatermark())
+	if len(ab) != 1 || ab[0].ProducerID != 2 {
+		t.Fatalf("aborted after retention: %+v", ab)
+	}
+}
