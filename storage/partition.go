@@ -119,6 +119,18 @@ type Partition struct {
 	lost    []offsetRange
 	wclosed bool
 
+	// Runtime load / release (Store.LoadPartition, Store.ReleasePartition). loaded is true from
+	// the end of a successful open until shutdown starts; released marks a shutdown by
+	// ReleasePartition, after which appends, reads and markers answer NOT_LEADER_OR_FOLLOWER.
+	loaded   atomic.Bool
+	released atomic.Bool
+
+	// Leader epoch (leader_epoch.go): leaderEpoch stamps every appended batch; epochs is the
+	// epoch cache, written under mu and epochMu, read under either.
+	leaderEpoch atomic.Int32
+	epochMu     sync.Mutex
+	epochs      []epochEntry
+
 	kick  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
@@ -136,6 +148,11 @@ func (p *Partition) ID() int32 { return p.id }
 
 // Topic returns the partition's topic.
 func (p *Partition) Topic() *Topic { return p.topic }
+
+// Loaded reports whether the partition is open on this broker. A partition released by
+// Store.ReleasePartition stays reachable but answers NOT_LEADER_OR_FOLLOWER (6) to appends,
+// reads and markers (ErrNotLoaded from Sync); Store.LoadPartition installs a fresh one.
+func (p *Partition) Loaded() bool { return p.loaded.Load() }
 
 // HighWatermark is the offset below which everything is fsync'd. Consumers never see data a crash
 // could take back.
@@ -179,6 +196,7 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 		p.closeFiles()
 		return nil, fmt.Errorf("cannot recover partition (%s-%d): %w", t.Name, id, err)
 	}
+	p.loaded.Store(true)
 	go p.flushLoop()
 	go p.zeroLoop()
 	return p, nil
@@ -317,6 +335,9 @@ func (p *Partition) recoverLog() error {
 	p.durableEnd = next
 	p.hwm.Store(next)
 	p.logStart.Store(segs[0].base)
+	if err := p.loadEpochs(next); err != nil {
+		return err
+	}
 	if err := p.rebuildProducersLocked(next, min(next, badTxnBase), loadedAborted); err != nil {
 		return err
 	}
@@ -440,6 +461,9 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	if p.closed {
 		p.mu.Unlock()
 		res.Code = codec.CodeUnknownTopicOrPartition
+		if p.released.Load() {
+			res.Code = codec.CodeNotLeaderForPartition
+		}
 		return res
 	}
 	if p.dirtyTail || p.fsyncFailed {
@@ -520,7 +544,10 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 		}
 	}
 	b.SetBaseOffset(base)
-	b.SetPartitionLeaderEpoch(0) // single leader, epoch 0 until leadership epochs exist
+	if kind != kindReplay {
+		// A replayed batch keeps the epoch it was acknowledged under.
+		b.SetPartitionLeaderEpoch(p.leaderEpoch.Load())
+	}
 	if cfg.TimestampType == TimestampLogAppendTime && !b.IsControl() && kind != kindReplay {
 		b.SetLogAppendTime(nowMs)
 		res.LogAppendTime = nowMs
@@ -806,7 +833,11 @@ func (p *Partition) Sync(end int64, done func(err error)) {
 	}
 	if p.wclosed {
 		p.wmu.Unlock()
-		done(ErrClosed)
+		if p.released.Load() {
+			done(ErrNotLoaded)
+		} else {
+			done(ErrClosed)
+		}
 		return
 	}
 	p.waiters = append(p.waiters, waiter{end: end, done: done})
@@ -1028,6 +1059,7 @@ func (p *Partition) shutdown(clean bool) error {
 		return nil
 	}
 	p.closed = true
+	p.loaded.Store(false)
 	active := p.active
 	p.untrackAllLocked()
 	p.mu.Unlock()
@@ -1076,6 +1108,32 @@ func (p *Partition) shutdown(clean bool) error {
 	return err
 }
 
+// release is ReleasePartition's part: the partition is shut down cleanly (final fsync — with
+// the WAL on this is its checkpoint: everything the WAL acknowledged is then in the segment —,
+// producer snapshot, files closed) and long-polls are woken.
+func (p *Partition) release() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("cannot release partition (%s-%d): %w", p.topic.Name, p.id, ErrNotLoaded)
+	}
+	// Set before shutdown marks it closed, so every append that finds it closed answers 6.
+	p.released.Store(true)
+	p.mu.Unlock()
+	err := p.shutdown(true)
+	// Long-polls wake and, reading, get NOT_LEADER_OR_FOLLOWER; Changed stays closed.
+	p.mu.Lock()
+	ch := make(chan struct{})
+	close(ch)
+	old := p.changed.Swap(&ch)
+	close(*old)
+	p.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("cannot release partition (%s-%d): %w", p.topic.Name, p.id, err)
+	}
+	return nil
+}
+
 func (p *Partition) closeFiles() {
 	p.segMu.Lock()
 	defer p.segMu.Unlock()
@@ -1096,6 +1154,9 @@ func (p *Partition) closeFiles() {
 // offset > HWM, and KAFKA_STORAGE_ERROR on an I/O error. Reads use pread and never take the
 // append mutex.
 func (p *Partition) Read(dst []byte, offset int64, maxBytes int32, upTo int64) ([]byte, int16) {
+	if p.released.Load() {
+		return dst, codec.CodeNotLeaderForPartition
+	}
 	hwm := p.hwm.Load()
 	if offset < p.logStart.Load() || offset > hwm {
 		return dst, codec.CodeOffsetOutOfRange
