@@ -84,6 +84,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		RetentionCheckInterval: cfg.RetentionCheckInterval,
 		Preallocate:            cfg.LogPreallocate,
 		WAL:                    cfg.LogWALEnable,
+		ProducerIDExpiration:   cfg.ProducerIDExpiration,
 		Logger:                 log.Named("storage"),
 	}); err != nil {
 		return nil, fmt.Errorf("cannot open storage: %w", err)

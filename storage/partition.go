@@ -571,6 +571,9 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	pid := b.ProducerID()
 	_, known := p.producers.m[pid]
 	p.applyTxnEventLocked(p.producers.record(b), b.BaseOffset())
+	if e := p.producers.m[pid]; e != nil && nowMs > e.touchMs {
+		e.touchMs = nowMs
+	}
 	if !known && pid >= 0 {
 		p.trackPIDLocked(pid)
 	}
@@ -1432,6 +1435,21 @@ func (p *Partition) retain(now time.Time) {
 	p.log.Info("retention removed segments", zap.Int("segments", drop), zap.Int64("logStartOffset", keep[0].base))
 }
 
+// expireProducers applies producer.id.expiration.ms (see Config.ProducerIDExpiration). The
+// next snapshot (roll, close, release) no longer carries the removed producers.
+func (p *Partition) expireProducers(nowMs, expirationMs int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.producers == nil {
+		return
+	}
+	gone := p.producers.expire(nowMs, expirationMs)
+	for _, pid := range gone {
+		p.untrackPIDLocked(pid)
+	}
+	producersExpiredTotal.Add(len(gone))
+}
+
 // ProducerState returns pid's epoch, last sequence (-1 if none at this epoch), and last
 // timestamp.
 func (p *Partition) ProducerState(pid int64) (epoch int16, lastSeq int32, lastTimestamp int64, ok bool) {
@@ -1462,9 +1480,17 @@ func (p *Partition) FenceProducer(pid int64, epoch int16) {
 	p.mu.Lock()
 	if !p.closed {
 		p.producers.fence(pid, epoch)
+		p.touchLocked(pid)
 		p.topic.store.pids.add(pid, p)
 	}
 	p.mu.Unlock()
+}
+
+// touchLocked stamps pid's entry with the wall clock (expiration counts idleness from it).
+func (p *Partition) touchLocked(pid int64) {
+	if e := p.producers.m[pid]; e != nil {
+		e.touchMs = max(e.touchMs, time.Now().UnixMilli())
+	}
 }
 
 // untrackAllLocked removes every pid of this partition from the store's index (close, release).

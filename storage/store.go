@@ -89,6 +89,9 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.FS == nil {
 		cfg.FS = osFS{}
 	}
+	if cfg.ProducerIDExpiration <= 0 {
+		cfg.ProducerIDExpiration = DefaultProducerIDExpiration
+	}
 	s := &Store{
 		cfg: cfg, fs: cfg.FS, log: cfg.Logger, defaults: cfg.Defaults.withDefaults(),
 		topics: make(map[string]*Topic), byID: make(map[[16]byte]*Topic),
@@ -629,11 +632,12 @@ func (s *Store) LoadPartition(topic string, part, leaderEpoch int32) error {
 	return nil
 }
 
-// RunRetention applies retention to every partition once.
+// RunRetention applies retention to every partition once, then producer.id.expiration.ms.
 func (s *Store) RunRetention(now time.Time) {
 	for _, t := range s.Topics() {
 		for _, p := range *t.parts.Load() {
 			p.retain(now)
+			p.expireProducers(now.UnixMilli(), s.cfg.ProducerIDExpiration.Milliseconds())
 		}
 	}
 }

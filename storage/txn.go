@@ -513,6 +513,7 @@ func (p *Partition) fenceIfKnown(pid int64, epoch int16) {
 	_, guarded := p.producers.guards[pid]
 	if known || guarded {
 		p.producers.fence(pid, epoch)
+		p.touchLocked(pid)
 	}
 }
 

@@ -849,3 +849,52 @@ func TestAbortedScanBoundShrinksWhenLongTxnLeavesIndex(t *testing.T) {
 		t.Fatalf("aborted after retention: %+v", ab)
 	}
 }
+
+// producer.id.expiration.ms: idempotent state idle that long is removed (also for a producer
+// whose data retention already deleted), not while the producer has an open transaction; the
+// snapshot written afterwards no longer carries it.
+func TestProducerIDExpirationRemovesIdleState(t *testing.T) {
+	dir := t.TempDir()
+	cfg := func(c *Config) { c.ProducerIDExpiration = 10 * time.Second }
+	s := openStore(t, dir, cfg)
+	p := newPartition(t, s, map[string]string{"segment.ms": "1000", "retention.ms": "1000"})
+	// Old segment (wall clock 0): pid 1 idempotent, pid 2 opens a transaction.
+	mustAppend(t, p, makeBatch(t, tb{pid: 1, epoch: 0, seq: 0, ts: 0}), 0)
+	txnAppend(t, p, 2, 0, 0, 1)
+	// New segment (roll at wall clock 5000): pid 3, recent.
+	mustAppend(t, p, makeBatch(t, tb{pid: 3, epoch: 0, seq: 0, ts: 15_000}), 15_000)
+
+	// Retention deletes pid 1's data; its state stays (idle 5 s < 10 s).
+	s.RunRetention(time.UnixMilli(5_000))
+	if p.LogStartOffset() == 0 {
+		t.Fatal("retention kept the old segment")
+	}
+	if _, _, _, ok := p.ProducerState(1); !ok {
+		t.Fatal("state of pid 1 expired early")
+	}
+	s.RunRetention(time.UnixMilli(20_000))
+	if _, _, _, ok := p.ProducerState(1); ok {
+		t.Fatal("pid 1 idle for 20 s (data below the log start) kept")
+	}
+	if _, _, _, ok := p.ProducerState(2); !ok {
+		t.Fatal("pid 2 with an open transaction expired")
+	}
+	if _, _, _, ok := p.ProducerState(3); !ok {
+		t.Fatal("pid 3 idle for 5 s expired")
+	}
+	if len(s.pids.partitions(1)) != 0 {
+		t.Fatal("expired pid still in the fence index")
+	}
+	// pid 1 starts over at sequence 0 (its window is gone).
+	mustAppend(t, p, makeBatch(t, tb{pid: 1, epoch: 0, seq: 0, ts: 20_000}), 20_000)
+	s.RunRetention(time.UnixMilli(40_000)) // everything idle; pid 2's transaction still open
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, cfg)
+	defer s.Close()
+	infos := s.Topic("t").Partition(0).Producers()
+	if len(infos) != 1 || infos[0].ProducerID != 2 {
+		t.Fatalf("producers after expiration and restart: %+v", infos)
+	}
+}
