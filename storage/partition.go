@@ -50,7 +50,10 @@ type offsetRange struct{ from, to int64 } // [from, to)
 //
 // Concurrency:
 //   - mu (the append mutex) serialises Append, rolls, repairs and retention's list edits. It is
-//     never held across an fsync except the one a roll needs to seal the old segment.
+//     never held across an fsync on the append path: a roll does its fsyncs with mu released
+//     while appends wait for it (rollLocked). (Repairs after a failed fsync, the switch of a
+//     topic onto the WAL, clean shutdown and startup replay still fsync under it: none of them
+//     is on the path of a fence.)
 //   - segs is a copy-on-write list of segments; readers load it without mu.
 //   - segMu is held for reading by anyone using a segment's file outside mu (Read, the flusher's
 //     fsync) and for writing by retention while it closes files, so no file is closed under a
@@ -83,6 +86,10 @@ type Partition struct {
 	dirtyTail     bool // a failed write could not be truncated away yet
 	fsyncFailed   bool // see repairLocked
 	closed        bool
+	// rolling: a roll does its I/O without mu (rollLocked); appends and shutdown wait for
+	// rollDone, closed when it ends.
+	rolling  bool
+	rollDone chan struct{}
 	// segFailed (WAL on): a segment fsync failed, so acknowledged bytes of this partition may
 	// exist durably only in the WAL. The partition refuses appends until a restart replays the
 	// WAL (see wal.go, "Failures").
@@ -457,6 +464,7 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	res := AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 	cfg := p.config()
 	p.mu.Lock()
+	p.waitRollLocked()
 	res.LogStartOffset = p.logStart.Load()
 	if p.closed {
 		p.mu.Unlock()
@@ -540,7 +548,10 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 				res.Code = codec.CodeKafkaStorageError
 				return res
 			}
-			seg, size = p.active, 0
+			// The roll released mu: a fence or a marker may have changed what the checks
+			// above decided, so the append starts over (into the new, empty segment).
+			p.mu.Unlock()
+			return p.append(b, nowMs, kind, guard, coordEpoch)
 		}
 	}
 	b.SetBaseOffset(base)
@@ -610,6 +621,19 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 // rollLocked closes the active segment and opens a new one at the log end. The old segment is
 // fsync'd first (so a closed segment is always durable and never needs a recovery scan), its
 // indexes are written atomically, and a producer snapshot is taken at the new base.
+//
+// None of that I/O happens under mu: rollLocked marks the partition rolling, encodes what it
+// needs (snapshot, transaction index entries) and releases mu for the fsyncs, so fences,
+// verification guards, marker checks and producer-state reads never wait for a roll's disk
+// writes. Appends wait for the roll without holding mu (waitRollLocked), so nothing writes to
+// the old segment meanwhile; shutdown waits for it too. A flusher fsync that fails during the
+// roll leaves fsyncFailed set: the roll is abandoned and the repair runs afterwards.
+//
+//	append ─ mu ─► rollLocked: seal + truncate, encode, rolling=true ─ unlock ─►
+//	   fsync old, write .index/.timeindex/.txnindex, snapshot, create new segment + dir fsync
+//	─ mu ─► (failure seen? abandon) publish HWM, install new active, rolling=false ─► append retries
+//
+// Called and returns with mu held.
 func (p *Partition) rollLocked() error {
 	old := p.active
 	newBase := p.leoLocal
@@ -618,31 +642,67 @@ func (p *Partition) rollLocked() error {
 	if err := old.truncate(old.size.Load(), true); err != nil {
 		return fmt.Errorf("cannot truncate segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
 	}
-	if err := p.timedSync(old.f, false); err != nil {
-		p.segmentSyncFailedLocked(err)
-		return fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
+	snap := p.snapshotLocked(newBase)
+	aborted := p.txn.abortedRange(old.base, newBase)
+	done := make(chan struct{})
+	p.rolling, p.rollDone = true, done
+	p.mu.Unlock()
+
+	syncErr := p.timedSync(old.f, false)
+	var seg *segment
+	var err error
+	if syncErr == nil {
+		if ierr := old.writeIndexes(); ierr != nil {
+			// Indexes are rebuildable: make sure no stale file is trusted on the next open.
+			p.log.Warn("cannot write segment indexes", zap.Int64("segment", old.base), zap.Error(ierr))
+			_ = os.Remove(old.path(".index"))
+			_ = os.Remove(old.path(".timeindex"))
+		}
+		if terr := old.writeTxnIndex(aborted); terr != nil {
+			// Rebuilt from the log on the next open.
+			p.log.Warn("cannot write transaction index", zap.Int64("segment", old.base), zap.Error(terr))
+		}
+		p.writeSnapshot(newBase, snap)
+		seg, err = p.createSegment(newBase)
+	}
+
+	p.mu.Lock()
+	p.rolling, p.rollDone = false, nil
+	close(done)
+	switch {
+	case syncErr != nil:
+		p.segmentSyncFailedLocked(syncErr)
+		err = fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, syncErr)
+	case err != nil:
+		err = fmt.Errorf("cannot create segment (%s-%d@%d): %w", p.topic.Name, p.id, newBase, err)
+	case p.fsyncFailed || p.segFailed:
+		err = fmt.Errorf("cannot roll segment (%s-%d@%d): an fsync failed during the roll", p.topic.Name, p.id, old.base)
+	}
+	if err != nil {
+		if seg != nil {
+			_ = seg.f.Close()
+			_ = os.Remove(seg.path(".log"))
+		}
+		kickChan(p.kick) // the flusher repairs what a failed fsync left
+		return err
 	}
 	if newBase > p.durableEnd {
 		p.publishHWMLocked(newBase)
 	}
-	if err := old.writeIndexes(); err != nil {
-		// Indexes are rebuildable: make sure no stale file is trusted on the next open.
-		p.log.Warn("cannot write segment indexes", zap.Int64("segment", old.base), zap.Error(err))
-		_ = os.Remove(old.path(".index"))
-		_ = os.Remove(old.path(".timeindex"))
-	}
-	if err := old.writeTxnIndex(p.txn.abortedRange(old.base, newBase)); err != nil {
-		// Rebuilt from the log on the next open.
-		p.log.Warn("cannot write transaction index", zap.Int64("segment", old.base), zap.Error(err))
-	}
-	p.writeSnapshotLocked(newBase)
-	seg, err := p.createSegment(newBase)
-	if err != nil {
-		return fmt.Errorf("cannot create segment (%s-%d@%d): %w", p.topic.Name, p.id, newBase, err)
-	}
 	p.installActiveLocked(seg)
 	segmentRollsTotal.Inc()
 	return nil
+}
+
+// waitRollLocked waits (not holding mu) until no roll is in progress; called and returns with
+// mu held.
+func (p *Partition) waitRollLocked() {
+	for p.rolling {
+		ch := p.rollDone
+		p.mu.Unlock()
+		<-ch
+		p.mu.Lock()
+	}
 }
 
 func (p *Partition) installActiveLocked(seg *segment) {
@@ -659,7 +719,13 @@ func (p *Partition) installActiveLocked(seg *segment) {
 // writeSnapshotLocked writes the producer snapshot at offset, carrying the aborted-index entries of
 // the active segment (which has no .txnindex yet); see the snapshot format in producer.go.
 func (p *Partition) writeSnapshotLocked(offset int64) {
-	if err := WriteFileAtomic(p.dir, segmentName(offset, ".snapshot"), p.snapshotLocked(offset)); err != nil {
+	p.writeSnapshot(offset, p.snapshotLocked(offset))
+}
+
+// writeSnapshot writes an encoded snapshot (snapshotLocked) and prunes older ones; rolls call it
+// without mu.
+func (p *Partition) writeSnapshot(offset int64, snap []byte) {
+	if err := WriteFileAtomic(p.dir, segmentName(offset, ".snapshot"), snap); err != nil {
 		p.log.Warn("cannot write producer snapshot", zap.Int64("offset", offset), zap.Error(err))
 		return
 	}
@@ -710,6 +776,9 @@ func (p *Partition) repairLocked() error {
 	seg := p.active
 	if p.segFailed {
 		return errSegFailed
+	}
+	if p.rolling {
+		return errRolling // the roll sees the failure, gives up and kicks the flusher
 	}
 	if p.dirtyTail {
 		if err := seg.truncate(seg.size.Load(), true); err != nil {
@@ -789,6 +858,9 @@ func (p *Partition) syncActiveLocked() error {
 	}
 	return nil
 }
+
+// errRolling: a repair was asked for while a roll has the segment files (see rollLocked).
+var errRolling = errors.New("a segment roll is in progress")
 
 // errSegFailed is returned for appends to a partition whose segment fsync failed with the WAL on.
 var errSegFailed = errors.New("a segment fsync failed; the partition refuses appends until restart")
@@ -929,6 +1001,10 @@ func (p *Partition) flushLoop() {
 // flushOnce makes everything appended so far durable and completes the covered waiters.
 func (p *Partition) flushOnce() error {
 	p.mu.Lock()
+	if (p.dirtyTail || p.fsyncFailed) && p.rolling {
+		p.mu.Unlock()
+		return nil // the roll gives up and kicks this flusher again
+	}
 	if p.dirtyTail || p.fsyncFailed {
 		if err := p.repairLocked(); err != nil {
 			p.mu.Unlock()
@@ -1057,6 +1133,7 @@ func (p *Partition) completeWaiters(err error) {
 // (clean only, and only if everything is durable) and closes the files.
 func (p *Partition) shutdown(clean bool) error {
 	p.mu.Lock()
+	p.waitRollLocked()
 	if p.closed {
 		p.mu.Unlock()
 		return nil
