@@ -204,3 +204,48 @@ func TestLeaderEpochCheckpointFormat(t *testing.T) {
 		}
 	}
 }
+
+// EndOffsetForEpoch follows Apache's LeaderEpochFileCache.endOffsetFor on a cache that does not
+// start at epoch 0.
+func TestEndOffsetForEpochSemantics(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := newPartition(t, s, nil)
+	for i := 0; i < 30; i++ {
+		mustAppend(t, p, makeBatch(t, tb{}), 0)
+	}
+	p.mu.Lock()
+	p.epochMu.Lock()
+	p.epochs = []epochEntry{{epoch: 2, start: 5}, {epoch: 4, start: 12}, {epoch: 7, start: 20}}
+	p.epochMu.Unlock()
+	p.leaderEpoch.Store(7)
+	p.mu.Unlock()
+	for _, c := range []struct {
+		req, epoch int32
+		end        int64
+	}{
+		{-1, -1, -1}, // undefined
+		{0, 0, 5},    // below every known epoch: the requested epoch, first epoch's start
+		{2, 2, 12},
+		{3, 2, 12}, // between epochs: the largest one below, ending where the next starts
+		{4, 4, 20},
+		{6, 4, 20},
+		{7, 7, 30}, // current: the log end
+		{8, -1, -1},
+	} {
+		if e, o := p.EndOffsetForEpoch(c.req); e != c.epoch || o != c.end {
+			t.Errorf("EndOffsetForEpoch(%d) = %d, %d; want %d, %d", c.req, e, o, c.epoch, c.end)
+		}
+	}
+	// A new epoch starts at the log end and is stamped on the next batch.
+	if err := s.LoadPartition("t", 0, 9); err != nil {
+		t.Fatal(err)
+	}
+	r := mustAppend(t, p, makeBatch(t, tb{}), 0)
+	if bs := readAll(t, p, r.BaseOffset); len(bs) != 1 || bs[0].PartitionLeaderEpoch() != 9 {
+		t.Fatalf("batch after the bump not stamped with epoch 9")
+	}
+	if e, o := p.EndOffsetForEpoch(7); e != 7 || o != 30 {
+		t.Fatalf("EndOffsetForEpoch(7) after the bump = %d, %d; want 7, 30", e, o)
+	}
+}
