@@ -60,6 +60,15 @@ type offsetRange struct{ from, to int64 } // [from, to)
 //     reader.
 //   - hwm / leo / logStart are atomics so Read and the long-poll path never take mu.
 //
+// Lock order (a lock may be taken while holding any lock to its left, never the reverse):
+//
+//	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
+//	                          Store.pids.mu, Store.fences.mu, wal.mu
+//	fireMu → wmu
+//
+// segMu is never taken under mu (the flusher, retention and closeFiles take it after releasing
+// mu), and a roll releases mu for its I/O (rollLocked).
+//
 // Durability (group commit): Append writes to the page cache and kicks the flusher goroutine.
 // The flusher captures (leo, active segment) under mu, fsyncs without mu, then publishes the HWM
 // and completes every Sync waiter whose end is covered. Appends that arrive during an fsync are
