@@ -92,6 +92,10 @@ func TestReleaseReloadPartitionDuringAppends(t *testing.T) {
 	}
 	wantCode(t, "append to released partition", old.Append(makeBatch(t, tb{}), 0), codec.CodeNotLeaderForPartition)
 	wantCode(t, "marker on released partition", old.AppendMarker(100, 0, true, 0, 0), codec.CodeNotLeaderForPartition)
+	if g, _ := old.VerificationGuard(100, 0); g != 0 {
+		t.Fatal("released partition handed out a verification guard")
+	}
+	wantCode(t, "transactional append to released partition", old.AppendTxn(makeBatch(t, tb{pid: 100, txn: true}), 0, 0), codec.CodeNotLeaderForPartition)
 	if _, code := old.Read(nil, 0, 1<<20, releasedAt); code != codec.CodeNotLeaderForPartition {
 		t.Fatalf("read of released partition: code %d", code)
 	}

@@ -264,6 +264,9 @@ func init() { guardSeq.Store(uint64(time.Now().UnixNano()) | 1) }
 func (p *Partition) VerificationGuard(pid int64, epoch int16) (guard uint64, ongoing bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return 0, false // released or deleted: the append that follows answers 6 or 3
+	}
 	ps := p.producers
 	if e := ps.m[pid]; e != nil && e.txn != nil && e.txn.epoch == epoch {
 		return 0, true
