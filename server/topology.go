@@ -112,7 +112,9 @@ func leadPartition(topo topology.Topology, tr *topicRef, part int32, currentEpoc
 		}
 		o = topo.Partition(tr.name, part)
 	}
-	if !o.Local {
+	if !o.Local || (p != nil && !p.Loaded()) {
+		// Not ours, or ours but not open here (being loaded or released at runtime): Apache's
+		// replica manager answers NOT_LEADER_OR_FOLLOWER until the partition is online.
 		return leaderPart{}, codec.CodeNotLeaderForPartition
 	}
 	if code := checkLeaderEpoch(currentEpoch, o.Epoch); code != codec.CodeNone {

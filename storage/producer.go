@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage/framelog"
 )
 
 // Idempotent producer state (KIP-98), per partition, modelled on Apache's ProducerStateManager.
@@ -317,7 +318,7 @@ func (ps *producerState) infos() []ProducerInfo {
 // snapshot is always replayed, so a kill -9 loses nothing.
 const snapshotMagic = "KPS1"
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
+var crcTable = framelog.Castagnoli
 
 func (ps *producerState) encode(offset int64, tail []AbortedTxn) []byte {
 	pids := make([]int64, 0, len(ps.m))
