@@ -100,6 +100,17 @@ func TestPartitionReleaseReloadUnderProduce(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 
+	// OffsetForLeaderEpoch answers from the partition's epoch cache: epoch 0 ends where epoch 1
+	// began (the log end at the reload, somewhere inside the log), epoch 1 ends at the log end.
+	leo := tpListOffsets(t, raw, "moving", 0, -1, 1).Offset
+	e0 := tpOffsetForEpoch(t, raw, "moving", 0, 1, 0)
+	if e0.ErrorCode != codec.CodeNone || e0.LeaderEpoch != 0 || e0.EndOffset <= 0 || e0.EndOffset >= leo {
+		t.Fatalf("end of epoch 0: %+v (log end %d)", e0, leo)
+	}
+	if e1 := tpOffsetForEpoch(t, raw, "moving", 0, 1, 1); e1.ErrorCode != codec.CodeNone || e1.LeaderEpoch != 1 || e1.EndOffset != leo {
+		t.Fatalf("end of epoch 1: %+v, want 1/%d", e1, leo)
+	}
+
 	// Every acknowledged record once, per partition in production order.
 	hw := map[int32]int64{}
 	for p := int32(0); p < 2; p++ {
