@@ -24,6 +24,8 @@ package server
 // CLUSTER_ACTION itself (opCallerAuthorized).
 
 import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"crypto/sha256"
 
 	"github.com/kaas-go/kaas/codec"
@@ -302,4 +304,19 @@ func (h *leaderHints) hint(topic string, part int32) (leader, epoch int32) {
 		h.nodes = append(h.nodes, b)
 	}
 	return o.Broker, o.Epoch
+}
+
+// each calls fn with every endpoint the response must carry (nil-safe: no hints, no calls); the
+// callers build their own kmsg broker type from it.
+func (h *leaderHints) each(fn func(id int32, host string, port int32, rack *string)) {
+	if h == nil {
+		return
+	}
+	for _, b := range h.nodes {
+		var rack *string
+		if b.rack != "" {
+			rack = kmsg.StringPtr(b.rack)
+		}
+		fn(b.id, b.host, b.port, rack)
+	}
 }

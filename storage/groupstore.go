@@ -473,13 +473,7 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 			}
 			op.offs = make([]GroupOffset, 0, n)
 			for i := uint64(0); i < n && r.Err == nil; i++ {
-				var o GroupOffset
-				o.Topic = r.Str("topic")
-				o.Partition = int32(r.Varint("partition"))
-				o.Offset = r.Varint("offset")
-				o.LeaderEpoch = int32(r.Varint("leader epoch"))
-				o.Metadata = r.Str("metadata")
-				o.CommitTimeMs = r.Varint("commit time")
+				o := readGroupOffset(r)
 				op.offs = append(op.offs, o)
 			}
 		case gsOpDelGrp:
@@ -504,13 +498,7 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 			}
 			op.offs = make([]GroupOffset, 0, n)
 			for i := uint64(0); i < n && r.Err == nil; i++ {
-				var o GroupOffset
-				o.Topic = r.Str("topic")
-				o.Partition = int32(r.Varint("partition"))
-				o.Offset = r.Varint("offset")
-				o.LeaderEpoch = int32(r.Varint("leader epoch"))
-				o.Metadata = r.Str("metadata")
-				o.CommitTimeMs = r.Varint("commit time")
+				o := readGroupOffset(r)
 				switch r.Byte("offset flags") {
 				case 0:
 					if op.superseded != nil {
@@ -998,4 +986,16 @@ func (s *GroupStore) Close() error {
 		return fmt.Errorf("cannot close offset store (%s): %w", s.path, err)
 	}
 	return nil
+}
+
+// readGroupOffset decodes one committed or staged offset (the same fields in both ops).
+func readGroupOffset(r *framelog.Reader) GroupOffset {
+	var o GroupOffset
+	o.Topic = r.Str("topic")
+	o.Partition = int32(r.Varint("partition"))
+	o.Offset = r.Varint("offset")
+	o.LeaderEpoch = int32(r.Varint("leader epoch"))
+	o.Metadata = r.Str("metadata")
+	o.CommitTimeMs = r.Varint("commit time")
+	return o
 }
