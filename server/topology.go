@@ -12,7 +12,7 @@ package server
 //	   │ (localPartition → leadPartition, per partition, from here on)
 //	partition exists? ──no──▶ UNKNOWN_TOPIC_OR_PARTITION (3)
 //	internal topic and op is Write? ──yes──▶ INVALID_TOPIC_EXCEPTION (17)
-//	do I lead it now? ──no──▶ NOT_LEADER_OR_FOLLOWER (6)
+//	do I lead it now, and is it loaded here? ──no──▶ NOT_LEADER_OR_FOLLOWER (6)
 //	current_leader_epoch (KIP-320) ──older──▶ FENCED_LEADER_EPOCH (74)
 //	   │                           ──newer──▶ UNKNOWN_LEADER_EPOCH (75)
 //	   ▼
