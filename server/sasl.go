@@ -24,10 +24,13 @@ package server
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -144,40 +147,116 @@ func (p *plainMech) step(in []byte) ([]byte, bool, error) {
 
 func (p *plainMech) user() string { return p.name }
 
-// scramMech is one xdg-go/scram server conversation.
+// scramMech is one xdg-go/scram server conversation, plus the one leniency Apache has that
+// xdg-go has not. librdkafka (kcat, confluent-kafka-*) builds its client-final nonce as its own
+// nonce followed by the whole server nonce, which already starts with its own nonce; Apache's
+// ScramSaslServer only checks that the final nonce ends with the server nonce, so those clients
+// work against Apache. xdg-go requires the exact nonce (RFC 5802 §5.1). For that case alone the
+// proof is checked here with the RFC's formulas over the AuthMessage the client signed
+// (ClientKey = proof XOR HMAC(StoredKey, AuthMessage), then H(ClientKey) == StoredKey in constant
+// time); every other message goes through xdg-go.
 type scramMech struct {
-	conv *scram.ServerConversation
+	m     credentials.Mechanism
+	conv  *scram.ServerConversation
+	cred  credentials.Credential // as the lookup found it
+	steps int
+	gs2   string // client-first gs2 header ("n,,")
+	c1b   string // client-first-message-bare
+	s1    string // server-first-message
+	nonce string // the server nonce (client nonce + ours)
+	name  string
 }
 
 func (s *Server) newSCRAM(m credentials.Mechanism) saslMech {
+	sm := &scramMech{m: m}
 	srv, err := m.HashGen().NewServer(func(user string) (scram.StoredCredentials, error) {
 		c, err := s.lookupCredential(user, m)
 		if err != nil {
 			return scram.StoredCredentials{}, fmt.Errorf("SCRAM user %q: %w", user, err)
 		}
+		sm.cred = c
 		return c.Stored(), nil
 	})
 	if err != nil {
 		panic(fmt.Sprintf("BUG: cannot build SCRAM server: %v", err))
 	}
-	return &scramMech{conv: srv.NewConversation()}
+	sm.conv = srv.NewConversation()
+	return sm
 }
 
 func (m *scramMech) step(in []byte) ([]byte, bool, error) {
-	out, err := m.conv.Step(string(in))
+	m.steps++
+	msg := string(in)
+	if m.steps == 2 && m.nonce != "" {
+		if r := scramAttr(msg, 'r'); r != m.nonce && len(r) > len(m.nonce) && strings.HasSuffix(r, m.nonce) {
+			return m.finalLenient(msg)
+		}
+	}
+	out, err := m.conv.Step(msg)
 	if err != nil {
 		return nil, false, err
+	}
+	if m.steps == 1 {
+		// gs2-header = cbind-flag "," [authzid] ","; what follows is client-first-message-bare.
+		if i := strings.IndexByte(msg, ','); i >= 0 {
+			if j := strings.IndexByte(msg[i+1:], ','); j >= 0 {
+				m.gs2, m.c1b = msg[:i+j+2], msg[i+j+2:]
+			}
+		}
+		m.s1, m.nonce = out, scramAttr(out, 'r')
 	}
 	if m.conv.Done() {
 		if !m.conv.Valid() {
 			return nil, false, errBadCredentials
 		}
+		m.name = m.conv.Username()
 		return []byte(out), true, nil
 	}
 	return []byte(out), false, nil
 }
 
-func (m *scramMech) user() string { return m.conv.Username() }
+// finalLenient verifies a client-final-message whose nonce ends with, but is longer than, the
+// server nonce (see scramMech).
+func (m *scramMech) finalLenient(c2 string) ([]byte, bool, error) {
+	cut := strings.LastIndex(c2, ",p=")
+	if cut < 0 || m.c1b == "" || scramAttr(c2, 'c') != base64.StdEncoding.EncodeToString([]byte(m.gs2)) {
+		return nil, false, errors.New("malformed SCRAM client-final-message")
+	}
+	proof, err := base64.StdEncoding.DecodeString(c2[cut+3:])
+	if err != nil || len(proof) != len(m.cred.StoredKey) {
+		return nil, false, errors.New("malformed SCRAM proof")
+	}
+	authMsg := []byte(m.c1b + "," + m.s1 + "," + c2[:cut])
+	h := m.m.HashGen()
+	mac := hmac.New(h, m.cred.StoredKey)
+	mac.Write(authMsg)
+	sig := mac.Sum(nil)
+	clientKey := make([]byte, len(proof))
+	for i := range proof {
+		clientKey[i] = proof[i] ^ sig[i]
+	}
+	sum := h()
+	sum.Write(clientKey)
+	if !hmac.Equal(sum.Sum(nil), m.cred.StoredKey) {
+		return nil, false, errBadCredentials
+	}
+	mac = hmac.New(h, m.cred.ServerKey)
+	mac.Write(authMsg)
+	m.name = m.conv.Username()
+	return []byte("v=" + base64.StdEncoding.EncodeToString(mac.Sum(nil))), true, nil
+}
+
+// scramAttr returns the value of attribute a ("a=value") of a SCRAM message.
+func scramAttr(msg string, a byte) string {
+	for _, f := range strings.Split(msg, ",") {
+		if len(f) >= 2 && f[0] == a && f[1] == '=' {
+			return f[2:]
+		}
+	}
+	return ""
+}
+
+func (m *scramMech) user() string { return m.name }
 
 // saslAllowed is the gate Server.handle runs before dispatching a request on a SASL listener;
 // false closes the connection (Apache: InvalidRequestException / IllegalSaslStateException in

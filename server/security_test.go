@@ -3,11 +3,13 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/sha256"
 	"crypto/sha512"
 	"crypto/tls"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -676,5 +678,73 @@ func TestStoredLowIterationCredentialRefused(t *testing.T) {
 	handshake(t, rc, "PLAIN", 1)
 	if r := authenticate(t, rc, plainToken("alice", alicePW), 2); r.ErrorCode != codec.CodeSaslAuthenticationFailed {
 		t.Fatalf("%d", r.ErrorCode)
+	}
+}
+
+// TestSCRAMAcceptsLibrdkafkaFinalNonce guards the librdkafka form of client-final-message (its
+// own nonce, then the whole server nonce), which Apache accepts and kcat sends; a final nonce
+// that does not end with the server nonce, or a wrong proof in that form, is still refused.
+func TestSCRAMAcceptsLibrdkafkaFinalNonce(t *testing.T) {
+	t.Parallel()
+	e := newSecEnv(t)
+	try := func(mangle func(nonce string) string, pw string) int16 {
+		rc := e.saslRaw(t)
+		handshake(t, rc, "SCRAM-SHA-256", 1)
+		const cnonce = "rdkafkaclientnonce"
+		c1b := "n=alice,r=" + cnonce
+		r := authenticate(t, rc, []byte("n,,"+c1b), 2)
+		if r.ErrorCode != 0 {
+			t.Fatalf("server-first: %d", r.ErrorCode)
+		}
+		s1 := string(r.SASLAuthBytes)
+		var snonce, salt64, iters string
+		for _, f := range strings.Split(s1, ",") {
+			switch f[0] {
+			case 'r':
+				snonce = f[2:]
+			case 's':
+				salt64 = f[2:]
+			case 'i':
+				iters = f[2:]
+			}
+		}
+		salt, _ := base64.StdEncoding.DecodeString(salt64)
+		var iter int
+		fmt.Sscan(iters, &iter)
+		salted := saltedPassword(t, credentials.SHA256, pw, salt, iter)
+		hm := func(key []byte, s string) []byte {
+			m := hmac.New(sha256.New, key)
+			m.Write([]byte(s))
+			return m.Sum(nil)
+		}
+		clientKey := hm(salted, "Client Key")
+		stored := sha256.Sum256(clientKey)
+		c2wop := "c=biws,r=" + mangle(snonce)
+		sig := hm(stored[:], c1b+","+s1+","+c2wop)
+		proof := make([]byte, len(sig))
+		for i := range sig {
+			proof[i] = clientKey[i] ^ sig[i]
+		}
+		r = authenticate(t, rc, []byte(c2wop+",p="+base64.StdEncoding.EncodeToString(proof)), 2)
+		if r.ErrorCode == 0 {
+			serverSig := hm(hm(salted, "Server Key"), c1b+","+s1+","+c2wop)
+			if string(r.SASLAuthBytes) != "v="+base64.StdEncoding.EncodeToString(serverSig) {
+				t.Fatalf("server-final %q", r.SASLAuthBytes)
+			}
+		}
+		return r.ErrorCode
+	}
+	librdkafka := func(n string) string { return "rdkafkaclientnonce" + n }
+	if c := try(func(n string) string { return n }, alicePW); c != 0 {
+		t.Fatalf("RFC form refused: %d", c)
+	}
+	if c := try(librdkafka, alicePW); c != 0 {
+		t.Fatalf("librdkafka form refused: %d", c)
+	}
+	if c := try(librdkafka, "wrong"); c != codec.CodeSaslAuthenticationFailed {
+		t.Fatalf("librdkafka form, wrong password: %d", c)
+	}
+	if c := try(func(n string) string { return n + "x" }, alicePW); c != codec.CodeSaslAuthenticationFailed {
+		t.Fatalf("nonce not ending with the server nonce: %d", c)
 	}
 }

@@ -229,6 +229,8 @@ func (s *FileStore) Apply(changes []Change) error {
 	if err := storage.WriteFileAtomic(s.dir, FileName, data); err != nil {
 		return fmt.Errorf("cannot write credentials (%s): %w", s.path(), err)
 	}
+	// Derived keys, not passwords, but still nobody else's business.
+	_ = os.Chmod(s.path(), 0o600)
 	users, stamp, err := s.read()
 	if err != nil {
 		return err
