@@ -19,14 +19,14 @@ import (
 // testPKI is a certificate authority generated for one test: keys live in memory and in the
 // test's temp dir only, never in the repository.
 type testPKI struct {
-	t      *testing.T
+	t      testing.TB
 	ca     *x509.Certificate
 	caKey  *ecdsa.PrivateKey
 	caPEM  []byte
 	serial int64
 }
 
-func newTestPKI(t *testing.T) *testPKI {
+func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -114,3 +114,5 @@ func (p *testPKI) clientTLS(client *pkix.Name) *tls.Config {
 	}
 	return c
 }
+
+func pkixName(cn string) pkix.Name { return pkix.Name{CommonName: cn} }
