@@ -31,6 +31,7 @@ import (
 
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/topology"
 )
 
 // listener is one bound entry of the listeners config.
@@ -226,4 +227,13 @@ func (c *conn) authPrincipal() string {
 		return *p
 	}
 	return anonymous
+}
+
+// InterBrokerEndpoint is this broker's advertised endpoint on inter.broker.listener.name (the
+// first listener when unset): the address other brokers are to dial, and the listener whose
+// endpoints a broker looks up for its peers (topology.Broker.Endpoint).
+func (s *Server) InterBrokerEndpoint() topology.Endpoint {
+	name := s.cfg.InterBrokerListenerName()
+	h, p := s.advertised(name)
+	return topology.Endpoint{Listener: name, Host: h, Port: p}
 }

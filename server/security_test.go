@@ -216,6 +216,16 @@ func TestMetadataAnswersWithTheClientsListener(t *testing.T) {
 	if e.tb.srv.ListenerAddr("PLAINTEXT").Port == e.tb.srv.ListenerAddr("SSL").Port {
 		t.Fatal("listeners share a port")
 	}
+	// Every listener is published to the topology; the inter-broker one defaults to the first.
+	for _, ln := range []string{"PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"} {
+		ep, ok := e.tb.srv.deps.Topology.Brokers()[0].Endpoint(ln)
+		if !ok || (ln != "SSL" && ep.Port != int32(e.tb.srv.ListenerAddr(ln).Port)) {
+			t.Fatalf("topology endpoint of %s: %+v %v", ln, ep, ok)
+		}
+	}
+	if ib := e.tb.srv.InterBrokerEndpoint(); ib.Listener != "PLAINTEXT" || ib.Port != int32(e.tb.srv.ListenerAddr("PLAINTEXT").Port) {
+		t.Fatalf("inter-broker endpoint %+v", ib)
+	}
 }
 
 var corrSeq int32
