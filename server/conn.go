@@ -15,8 +15,9 @@ import (
 
 // conn is the per-connection state.
 //
-// Threading: the framing fields (frame, need, filled, paused) are touched only by the connection's
-// event loop (OnTraffic / OnClose / Wake callbacks). Decoded frames go to a per-connection executor
+// Threading: the framing fields (frame, need, filled, paused, nextSeq) are touched only by the
+// connection's event loop (OnTraffic / OnClose / Wake callbacks), or on a TLS listener by its
+// reader goroutine (tls_conn.go), which frames with conn.frameSizeOK and conn.deliver too. Decoded frames go to a per-connection executor
 // goroutine that runs handlers one at a time in request order — so a producer's pipelined batches
 // are appended in the order it sent them — while handlers that wait (fsync, long-poll, rebalance)
 // defer their answer and let the executor move on. Responses complete in any order on any goroutine
