@@ -17,6 +17,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,13 +229,13 @@ func TestMetadataAnswersWithTheClientsListener(t *testing.T) {
 	}
 }
 
-var corrSeq int32
+// corrSeq numbers raw requests across the parallel tests of this file.
+var corrSeq atomic.Int32
 
 // rawRoundTrip sends req on rc and parses its response.
 func rawRoundTrip(t *testing.T, rc *rawConn, req kmsg.Request) kmsg.Response {
 	t.Helper()
-	corrSeq++
-	corr := corrSeq
+	corr := corrSeq.Add(1)
 	rc.send(req, corr)
 	got, body, err := rc.recv()
 	if err != nil || got != corr {
@@ -435,8 +436,7 @@ func TestSASLReauthentication(t *testing.T) {
 		start := time.Now()
 		rawRoundTrip(t, rc, kmsg.NewPtrMetadataRequest()) // inside the session: served
 		checkFor(t, 10*time.Second, 100*time.Millisecond, func() error {
-			corrSeq++
-			rc.send(kmsg.NewPtrMetadataRequest(), corrSeq)
+			rc.send(kmsg.NewPtrMetadataRequest(), corrSeq.Add(1))
 			if _, _, err := rc.recv(); err == nil {
 				return fmt.Errorf("still served after %v", time.Since(start))
 			}
