@@ -58,6 +58,7 @@ const (
 	CodeOperationNotAttempted           int16 = 55
 	CodeKafkaStorageError               int16 = 56
 	CodeLogDirNotFound                  int16 = 57
+	CodeSaslAuthenticationFailed        int16 = 58
 	CodeUnknownProducerID               int16 = 59
 	CodeReassignmentInProgress          int16 = 60
 	CodeNonEmptyGroup                   int16 = 68

@@ -21,8 +21,8 @@ import (
 // Config is the broker configuration. See configs/kaas.properties for every key with its meaning.
 type Config struct {
 	BrokerID            int32
-	Listeners           string // host:port (PLAINTEXT://host:port accepted)
-	AdvertisedListeners string // host:port clients are told to use; empty = the bound listener
+	Listeners           string // Kafka's listeners: NAME://host:port,... (a bare host:port is PLAINTEXT)
+	AdvertisedListeners string // NAME://host:port per listener clients are told to use; unlisted = the bound address
 	DataDir             string
 	MetricsAddr         string // HTTP /metrics, /healthz, /debug/pprof; empty = off
 	LogLevel            string
@@ -66,6 +66,8 @@ type Config struct {
 	// TransactionalIDExpiration is transactional.id.expiration.ms: a transactional.id whose
 	// entry is Empty or Complete* and has not changed for this long is removed (durably).
 	TransactionalIDExpiration time.Duration
+
+	Security // listeners, TLS and SASL (security.go)
 }
 
 // Default returns the configuration of `make run`: one broker, id 0, 127.0.0.1:9092, data in
@@ -113,6 +115,8 @@ func Default() Config {
 		TransactionWorkers:      1,
 		// Apache's default: 7 days.
 		TransactionalIDExpiration: 7 * 24 * time.Hour,
+
+		Security: defaultSecurity(),
 	}
 }
 
@@ -133,50 +137,52 @@ type entry struct {
 	kind kind
 	ptr  any
 	help string
+	// sensitive values (private keys, inline PEM) are never logged nor described (Keys).
+	sensitive bool
 }
 
 func (c *Config) entries() []entry {
-	return []entry{
-		{"broker.id", kInt32, &c.BrokerID, "broker id; PIDs are partitioned per broker id"},
-		{"listeners", kString, &c.Listeners, "host:port the Kafka listener binds (PLAINTEXT://host:port accepted)"},
-		{"advertised.listeners", kString, &c.AdvertisedListeners, "host:port returned in Metadata; empty = the bound address"},
-		{"data.dir", kString, &c.DataDir, "data directory (alias: log.dirs)"},
-		{"metrics.addr", kString, &c.MetricsAddr, "HTTP address for /metrics, /healthz and /debug/pprof; empty disables"},
-		{"log.level", kString, &c.LogLevel, "debug|info|warn|error"},
-		{"num.network.threads", kInt, &c.NumEventLoops, "event loops; 0 = one per CPU"},
-		{"socket.request.max.bytes", kInt32, &c.SocketRequestMaxByte, "largest request frame accepted; larger closes the connection"},
-		{"max.inflight.requests.per.connection", kInt, &c.MaxInflightPerConn, "decoded-but-unanswered requests per connection before reading pauses"},
-		{"connection.max.outbound.bytes", kInt64, &c.ConnMaxOutboundBytes, "response bytes a client has not read yet before its connection is closed (slow consumer); >= 2 × fetch.max.bytes"},
-		{"auto.create.topics.enable", kBool, &c.AutoCreateTopics, "create topics on Metadata requests that ask for it"},
-		{"num.partitions", kInt32, &c.NumPartitions, "partitions of auto-created topics"},
-		{"delete.topic.enable", kBool, &c.DeleteTopicEnable, "allow DeleteTopics"},
-		{"log.retention.ms", kInt64, &c.LogRetentionMs, "default retention.ms; -1 keeps forever"},
-		{"log.retention.bytes", kInt64, &c.LogRetentionBytes, "default retention.bytes per partition; -1 = unlimited"},
-		{"log.segment.bytes", kInt64, &c.LogSegmentBytes, "default segment.bytes"},
-		{"log.roll.ms", kInt64, &c.LogRollMs, "default segment.ms"},
-		{"message.max.bytes", kInt32, &c.MessageMaxBytes, "default max.message.bytes (largest record batch)"},
-		{"log.flush.interval.messages", kInt64, &c.LogFlushIntervalMsgs, "default flush.messages: 1 = fsync before every ack (honest durability); larger trades durability for speed"},
-		{"log.flush.interval.ms", kInt64, &c.LogFlushIntervalMs, "default flush.ms: background fsync period when flush.messages > 1"},
-		{"log.message.timestamp.type", kString, &c.LogTimestampType, "CreateTime or LogAppendTime"},
-		{"log.message.timestamp.before.max.ms", kInt64, &c.LogTimestampBeforeMax, "reject CreateTime records older than this"},
-		{"log.message.timestamp.after.max.ms", kInt64, &c.LogTimestampAfterMax, "reject CreateTime records further in the future than this"},
-		{"log.retention.check.interval.ms", kMillis, &c.RetentionCheckInterval, "how often retention runs"},
-		{"log.preallocate", kBool, &c.LogPreallocate, "keep a zeroed region ahead of active segments so flushes are cheaper fdatasyncs (writes the zeros too)"},
-		{"log.wal.enable", kBool, &c.LogWALEnable, "make flush.messages=1 acks durable with one shared, group-committed write-ahead log (data.dir/wal) instead of one fsync per partition"},
-		{"producer.id.expiration.ms", kMillis, &c.ProducerIDExpiration, "idempotent producer state idle this long is removed from a partition (not while a transaction is open); checked with retention"},
-		{"fetch.max.bytes", kInt32, &c.FetchMaxBytes, "upper bound on one Fetch response"},
-		{"max.incremental.fetch.session.cache.slots", kInt, &c.FetchSessionCacheSize, "KIP-227 fetch sessions kept"},
-		{"group.initial.rebalance.delay.ms", kMillis, &c.GroupInitialRebalanceDelay, "delay of the first rebalance of an empty group"},
-		{"group.min.session.timeout.ms", kMillis, &c.GroupMinSessionTimeout, "smallest session timeout a member may ask for"},
-		{"group.max.session.timeout.ms", kMillis, &c.GroupMaxSessionTimeout, "largest session timeout a member may ask for"},
-		{"group.max.size", kInt, &c.GroupMaxSize, "members per group"},
-		{"offsets.retention.minutes", kInt, nil, "(reserved)"},
-		{"transaction.max.timeout.ms", kMillis, &c.TransactionMaxTimeout, "largest transaction.timeout.ms a producer may ask for"},
-		{"transaction.version", kInt16, &c.TransactionVersion, "finalized transaction.version feature advertised in ApiVersions (1 or 2)"},
-		{"transaction.abort.timed.out.transaction.cleanup.interval.ms", kMillis, &c.TransactionReapInterval, "transaction timeout reaper period"},
-		{"transaction.coordinator.workers", kInt, &c.TransactionWorkers, "transaction coordinator workers, each owning slot % N and its own journal (one fdatasync per batch each)"},
-		{"transactional.id.expiration.ms", kMillis, &c.TransactionalIDExpiration, "idle time after which a transactional.id with no open transaction is removed"},
-	}
+	return append([]entry{
+		{"broker.id", kInt32, &c.BrokerID, "broker id; PIDs are partitioned per broker id", false},
+		{"listeners", kString, &c.Listeners, "listeners to bind: NAME://host:port,... (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL or names in listener.security.protocol.map); a bare host:port is PLAINTEXT", false},
+		{"advertised.listeners", kString, &c.AdvertisedListeners, "NAME://host:port returned in Metadata per listener; a listener not named here advertises its bound address", false},
+		{"data.dir", kString, &c.DataDir, "data directory (alias: log.dirs)", false},
+		{"metrics.addr", kString, &c.MetricsAddr, "HTTP address for /metrics, /healthz and /debug/pprof; empty disables", false},
+		{"log.level", kString, &c.LogLevel, "debug|info|warn|error", false},
+		{"num.network.threads", kInt, &c.NumEventLoops, "event loops; 0 = one per CPU", false},
+		{"socket.request.max.bytes", kInt32, &c.SocketRequestMaxByte, "largest request frame accepted; larger closes the connection", false},
+		{"max.inflight.requests.per.connection", kInt, &c.MaxInflightPerConn, "decoded-but-unanswered requests per connection before reading pauses", false},
+		{"connection.max.outbound.bytes", kInt64, &c.ConnMaxOutboundBytes, "response bytes a client has not read yet before its connection is closed (slow consumer); >= 2 × fetch.max.bytes", false},
+		{"auto.create.topics.enable", kBool, &c.AutoCreateTopics, "create topics on Metadata requests that ask for it", false},
+		{"num.partitions", kInt32, &c.NumPartitions, "partitions of auto-created topics", false},
+		{"delete.topic.enable", kBool, &c.DeleteTopicEnable, "allow DeleteTopics", false},
+		{"log.retention.ms", kInt64, &c.LogRetentionMs, "default retention.ms; -1 keeps forever", false},
+		{"log.retention.bytes", kInt64, &c.LogRetentionBytes, "default retention.bytes per partition; -1 = unlimited", false},
+		{"log.segment.bytes", kInt64, &c.LogSegmentBytes, "default segment.bytes", false},
+		{"log.roll.ms", kInt64, &c.LogRollMs, "default segment.ms", false},
+		{"message.max.bytes", kInt32, &c.MessageMaxBytes, "default max.message.bytes (largest record batch)", false},
+		{"log.flush.interval.messages", kInt64, &c.LogFlushIntervalMsgs, "default flush.messages: 1 = fsync before every ack (honest durability); larger trades durability for speed", false},
+		{"log.flush.interval.ms", kInt64, &c.LogFlushIntervalMs, "default flush.ms: background fsync period when flush.messages > 1", false},
+		{"log.message.timestamp.type", kString, &c.LogTimestampType, "CreateTime or LogAppendTime", false},
+		{"log.message.timestamp.before.max.ms", kInt64, &c.LogTimestampBeforeMax, "reject CreateTime records older than this", false},
+		{"log.message.timestamp.after.max.ms", kInt64, &c.LogTimestampAfterMax, "reject CreateTime records further in the future than this", false},
+		{"log.retention.check.interval.ms", kMillis, &c.RetentionCheckInterval, "how often retention runs", false},
+		{"log.preallocate", kBool, &c.LogPreallocate, "keep a zeroed region ahead of active segments so flushes are cheaper fdatasyncs (writes the zeros too)", false},
+		{"log.wal.enable", kBool, &c.LogWALEnable, "make flush.messages=1 acks durable with one shared, group-committed write-ahead log (data.dir/wal) instead of one fsync per partition", false},
+		{"producer.id.expiration.ms", kMillis, &c.ProducerIDExpiration, "idempotent producer state idle this long is removed from a partition (not while a transaction is open); checked with retention", false},
+		{"fetch.max.bytes", kInt32, &c.FetchMaxBytes, "upper bound on one Fetch response", false},
+		{"max.incremental.fetch.session.cache.slots", kInt, &c.FetchSessionCacheSize, "KIP-227 fetch sessions kept", false},
+		{"group.initial.rebalance.delay.ms", kMillis, &c.GroupInitialRebalanceDelay, "delay of the first rebalance of an empty group", false},
+		{"group.min.session.timeout.ms", kMillis, &c.GroupMinSessionTimeout, "smallest session timeout a member may ask for", false},
+		{"group.max.session.timeout.ms", kMillis, &c.GroupMaxSessionTimeout, "largest session timeout a member may ask for", false},
+		{"group.max.size", kInt, &c.GroupMaxSize, "members per group", false},
+		{"offsets.retention.minutes", kInt, nil, "(reserved)", false},
+		{"transaction.max.timeout.ms", kMillis, &c.TransactionMaxTimeout, "largest transaction.timeout.ms a producer may ask for", false},
+		{"transaction.version", kInt16, &c.TransactionVersion, "finalized transaction.version feature advertised in ApiVersions (1 or 2)", false},
+		{"transaction.abort.timed.out.transaction.cleanup.interval.ms", kMillis, &c.TransactionReapInterval, "transaction timeout reaper period", false},
+		{"transaction.coordinator.workers", kInt, &c.TransactionWorkers, "transaction coordinator workers, each owning slot % N and its own journal (one fdatasync per batch each)", false},
+		{"transactional.id.expiration.ms", kMillis, &c.TransactionalIDExpiration, "idle time after which a transactional.id with no open transaction is removed", false},
+	}, c.securityEntries()...)
 }
 
 func (e entry) set(v string) error {
@@ -264,6 +270,9 @@ func (c *Config) Set(key, value string) error {
 	if a, ok := aliases[key]; ok {
 		key = a
 	}
+	if strings.HasPrefix(key, listenerPrefix) {
+		return c.setListenerOverride(key, value)
+	}
 	for _, e := range c.entries() {
 		if e.key == key {
 			if err := e.set(value); err != nil {
@@ -350,11 +359,10 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	return c, c.Validate()
 }
 
-// Validate checks ranges and normalises the listener address.
+// Validate checks ranges, the listeners and the TLS / SASL settings.
 func (c *Config) Validate() error {
 	var errs []error
-	c.Listeners = strings.TrimPrefix(c.Listeners, "PLAINTEXT://")
-	c.AdvertisedListeners = strings.TrimPrefix(c.AdvertisedListeners, "PLAINTEXT://")
+	errs = append(errs, c.validateSecurity()...)
 	if c.BrokerID < 0 {
 		errs = append(errs, errors.New("broker.id must be >= 0"))
 	}
@@ -393,13 +401,18 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Keys lists every key with its current value, for logging the effective configuration.
+// Keys lists every key with its current value, for logging the effective configuration and
+// DescribeConfigs. Sensitive values (private keys, inline PEM) are given as Hidden, as Apache
+// hides PASSWORD-type configs.
 func (c *Config) Keys() []string {
 	var out []string
 	for _, e := range c.entries() {
 		if e.ptr != nil {
-			out = append(out, e.key+"="+e.String())
+			out = append(out, e.key+"="+redact(e.sensitive, e.String()))
 		}
+	}
+	for k, v := range c.ListenerOverrides {
+		out = append(out, k+"="+redact(sensitiveKeys[overrideBase(k)], v))
 	}
 	sort.Strings(out)
 	return out

@@ -1,6 +1,7 @@
 package configs
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -94,5 +95,90 @@ func TestConnMaxOutboundBytesMustHoldFetches(t *testing.T) {
 	}
 	if d := Default(); d.ConnMaxOutboundBytes < 4*int64(d.FetchMaxBytes) {
 		t.Fatalf("default cap %d holds fewer than four default fetch responses", d.ConnMaxOutboundBytes)
+	}
+}
+
+func TestListeners(t *testing.T) {
+	f := func(listeners, protoMap string, want ...Listener) {
+		t.Helper()
+		c := Default()
+		c.Listeners = listeners
+		if protoMap != "" {
+			c.ListenerProtocolMap = protoMap
+		}
+		got, err := c.ParseListeners()
+		if err != nil {
+			t.Fatalf("%s: %v", listeners, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: %v, want %v", listeners, got, want)
+		}
+	}
+	f("127.0.0.1:9092", "", Listener{"PLAINTEXT", ProtoPlaintext, "127.0.0.1", 9092})
+	f("PLAINTEXT://:9092, sasl_ssl://0.0.0.0:9093", "",
+		Listener{"PLAINTEXT", ProtoPlaintext, "", 9092}, Listener{"SASL_SSL", ProtoSASLSSL, "0.0.0.0", 9093})
+	f("INTERNAL://127.0.0.1:1,EXTERNAL://[::1]:2", "INTERNAL:SSL,EXTERNAL:SASL_PLAINTEXT",
+		Listener{"INTERNAL", ProtoSSL, "127.0.0.1", 1}, Listener{"EXTERNAL", ProtoSASLPlaintext, "::1", 2})
+
+	bad := func(mut func(c *Config)) {
+		t.Helper()
+		c := Default()
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Fatalf("accepted: %+v", c.Security)
+		}
+	}
+	bad(func(c *Config) { c.Listeners = "FOO://127.0.0.1:1" })
+	bad(func(c *Config) { c.Listeners = "PLAINTEXT://127.0.0.1:1,PLAINTEXT://127.0.0.1:2" })
+	bad(func(c *Config) { c.Listeners = "SSL://127.0.0.1:1" }) // no keystore
+	bad(func(c *Config) { c.AdvertisedListeners = "SSL://h:1" })
+	bad(func(c *Config) { c.InterBrokerListener = "SSL" })
+	bad(func(c *Config) {
+		c.Listeners, c.SSLKeystoreLocation, c.SSLClientAuth = "SSL://127.0.0.1:1", "/k.pem", "required"
+	})
+	bad(func(c *Config) {
+		c.Listeners, c.SSLKeystoreLocation, c.SSLEnabledProtocols = "SSL://127.0.0.1:1", "/k.pem", "TLSv1.1"
+	})
+	bad(func(c *Config) { c.Listeners, c.SASLMechanisms = "SASL_PLAINTEXT://127.0.0.1:1", "GSSAPI" })
+	bad(func(c *Config) { c.SCRAMMinIteration = 1000 })
+	d := Default()
+	if err := d.Set("listener.name.x.no.such", "1"); err == nil {
+		t.Fatal("unknown listener override accepted")
+	}
+}
+
+// TestListenerOverridesAndSecrets: listener.name.<name>.<key> wins for that listener only, and
+// secrets never appear in Keys (logged at start, described by DescribeConfigs).
+func TestListenerOverridesAndSecrets(t *testing.T) {
+	c := Default()
+	for k, v := range map[string]string{
+		"listeners":                                      "PLAINTEXT://127.0.0.1:1,SASL_SSL://127.0.0.1:2",
+		"ssl.keystore.certificate.chain":                 "CHAIN",
+		"ssl.keystore.key":                               "SECRET-KEY",
+		"listener.name.SASL_SSL.ssl.client.auth":         "requested",
+		"listener.name.sasl_ssl.ssl.truststore.location": "/ca.pem",
+		"listener.name.sasl_ssl.ssl.keystore.key":        "OTHER-SECRET",
+		"listener.name.sasl_ssl.sasl.enabled.mechanisms": "plain",
+	} {
+		if err := c.Set(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.ListenerValue("SASL_SSL", "ssl.client.auth") != "requested" || c.ListenerValue("PLAINTEXT", "ssl.client.auth") != "none" {
+		t.Fatal("override not per listener")
+	}
+	if m := c.SASLMechanismList("SASL_SSL"); len(m) != 1 || m[0] != "PLAIN" {
+		t.Fatalf("mechanisms %v", m)
+	}
+	keys := strings.Join(c.Keys(), "\n")
+	if strings.Contains(keys, "SECRET") || !strings.Contains(keys, "ssl.keystore.key="+Hidden) ||
+		!strings.Contains(keys, "listener.name.sasl_ssl.ssl.keystore.key="+Hidden) {
+		t.Fatalf("secrets in Keys:\n%s", keys)
+	}
+	if c.InterBrokerListenerName() != "PLAINTEXT" {
+		t.Fatal(c.InterBrokerListenerName())
 	}
 }

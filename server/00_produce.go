@@ -126,7 +126,7 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 				out.ErrorCode = code
 				if code == codec.CodeNotLeaderForPartition && req.Version >= 10 {
 					if hints == nil {
-						hints = &leaderHints{s: rc.s}
+						hints = &leaderHints{s: rc.s, listener: rc.c.ln.name}
 					}
 					out.CurrentLeader.LeaderID, out.CurrentLeader.LeaderEpoch = hints.hint(rt.Topic, rp.Partition)
 				}

@@ -432,7 +432,7 @@ func (op *fetchOp) answer() {
 					name, _ = op.rc.s.topicNameByID(fp.topicID)
 				}
 				if hints == nil {
-					hints = &leaderHints{s: op.rc.s}
+					hints = &leaderHints{s: op.rc.s, listener: op.rc.c.ln.name}
 				}
 				rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = hints.hint(name, fp.partition)
 			}

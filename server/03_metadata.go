@@ -44,7 +44,7 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 	s := rc.s
 	topo := s.deps.Topology
-	brokers := s.liveBrokers()
+	brokers := s.liveBrokers(rc.c.ln.name)
 	for _, lb := range brokers {
 		b := kmsg.NewMetadataResponseBroker()
 		b.NodeID, b.Host, b.Port = lb.id, lb.host, lb.port

@@ -58,7 +58,7 @@ func handleFindCoordinator(rc *reqCtx) (kmsg.Response, error) {
 			return codec.CodeCoordinatorNotAvailable, -1, "", -1
 		}
 		if brokers == nil {
-			brokers = rc.s.liveBrokers()
+			brokers = rc.s.liveBrokers(rc.c.ln.name)
 		}
 		b, ok := findBroker(brokers, o.Broker)
 		if !ok {

@@ -154,12 +154,10 @@ func describeBrokerEntries(cfg configs.Config) []cfgEntry {
 	cur := keyValues(cfg.Keys())
 	def := configs.Default()
 	defs := keyValues(def.Keys())
-	// Kafka spells the listener as a URL; kaas accepts both and normalises to host:port.
-	cur["listeners"] = "PLAINTEXT://" + cur["listeners"]
-	defs["listeners"] = "PLAINTEXT://" + defs["listeners"]
-	if cur["advertised.listeners"] != "" {
-		cur["advertised.listeners"] = "PLAINTEXT://" + cur["advertised.listeners"]
-	}
+	// Kafka spells each listener as a URL; kaas also takes a bare host:port (PLAINTEXT).
+	cur["listeners"] = listenerURLs(cur["listeners"])
+	defs["listeners"] = listenerURLs(defs["listeners"])
+	cur["advertised.listeners"] = listenerURLs(cur["advertised.listeners"])
 	cur["log.dirs"], defs["log.dirs"] = cur["data.dir"], defs["data.dir"]
 	id := strconv.Itoa(int(cfg.BrokerID))
 	cur["node.id"], defs["node.id"] = id, strconv.Itoa(int(def.BrokerID))
@@ -194,6 +192,18 @@ func describeBrokerEntries(cfg configs.Config) []cfgEntry {
 		out = append(out, e)
 	}
 	return out
+}
+
+// listenerURLs writes a listeners value in Kafka's NAME://host:port form.
+func listenerURLs(v string) string {
+	parts := strings.Split(v, ",")
+	for i, p := range parts {
+		if p = strings.TrimSpace(p); p != "" && !strings.Contains(p, "://") {
+			p = "PLAINTEXT://" + p
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
 }
 
 func brokerConfigType(k, v string) kmsg.ConfigType {
@@ -318,7 +328,11 @@ func describedConfig(req *kmsg.DescribeConfigsRequest, e cfgEntry) kmsg.Describe
 	c.ReadOnly = e.readOnly
 	c.IsDefault = e.source == kmsg.ConfigSourceDefaultConfig
 	c.Source = e.source
-	c.IsSensitive = false
+	// Apache answers a PASSWORD-type config (a private key) with a null value, flagged sensitive.
+	c.IsSensitive = configs.IsSensitive(e.name)
+	if c.IsSensitive {
+		c.Value = nil
+	}
 	c.ConfigType = e.typ
 	if req.IncludeSynonyms {
 		for _, s := range e.synonyms {
@@ -326,6 +340,9 @@ func describedConfig(req *kmsg.DescribeConfigsRequest, e cfgEntry) kmsg.Describe
 			syn.Name, syn.Source = s.name, s.source
 			sv := s.value
 			syn.Value = &sv
+			if c.IsSensitive {
+				syn.Value = nil
+			}
 			c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
 		}
 	}

@@ -56,7 +56,7 @@ func handleDescribeCluster(rc *reqCtx) (kmsg.Response, error) {
 	resp.ClusterID = s.clusterID
 	controller := s.deps.Topology.Controller()
 	resp.ControllerID = controller
-	for _, lb := range s.liveBrokers() {
+	for _, lb := range s.liveBrokers(rc.c.ln.name) {
 		if req.Version >= 1 && req.EndpointType == 2 && lb.id != controller {
 			continue
 		}

@@ -588,7 +588,7 @@ func TestAdminDescribeCluster(t *testing.T) {
 			t.Fatalf("v%d: %+v", v, resp)
 		}
 		b := resp.Brokers[0]
-		host, port := e.s.advertised()
+		host, port := e.s.advertised("PLAINTEXT")
 		if b.NodeID != 3 || b.Host != host || b.Port != port || b.Rack != nil {
 			t.Fatalf("v%d broker: %+v", v, b)
 		}

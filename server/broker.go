@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/credentials"
 	"github.com/kaas-go/kaas/coord/group"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
@@ -49,6 +50,9 @@ type BrokerOptions struct {
 	// broker alone, owning everything at epoch 0 (a topology.Table the listener publishes its
 	// bound address to).
 	Topology topology.Topology
+	// Credentials is the SCRAM credential store; nil: a credentials.FileStore in
+	// data.dir/__cluster (cluster mode passes its shared store).
+	Credentials credentials.Store
 }
 
 // StartBroker opens the data directory and starts serving. Any subsystem that cannot open its
@@ -134,7 +138,16 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	}
 	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
 
+	creds := opts.Credentials
+	if creds == nil {
+		fs, err := credentials.OpenFileStore(clusterDir)
+		if err != nil {
+			return nil, fmt.Errorf("cannot open SCRAM credentials (refusing to start): %w", err)
+		}
+		creds = fs
+	}
 	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch}
+	deps.Credentials = creds
 	b.Server = New(cfg, log.Named("server"), deps, clusterID)
 	if err := b.Server.Start(); err != nil {
 		b.Server = nil

@@ -15,8 +15,9 @@ import (
 
 // conn is the per-connection state.
 //
-// Threading: the framing fields (frame, need, filled, paused) are touched only by the connection's
-// event loop (OnTraffic / OnClose / Wake callbacks). Decoded frames go to a per-connection executor
+// Threading: the framing fields (frame, need, filled, paused, nextSeq) are touched only by the
+// connection's event loop (OnTraffic / OnClose / Wake callbacks), or on a TLS listener by its
+// reader goroutine (tls_conn.go), which frames with conn.frameSizeOK and conn.deliver too. Decoded frames go to a per-connection executor
 // goroutine that runs handlers one at a time in request order — so a producer's pipelined batches
 // are appended in the order it sent them — while handlers that wait (fsync, long-poll, rebalance)
 // defer their answer and let the executor move on. Responses complete in any order on any goroutine
@@ -29,9 +30,23 @@ import (
 //	                                     └─defer─▶ (fsync, fetch wait) ─────▶ complete(seq)
 type conn struct {
 	s    *Server
-	gc   gnet.Conn
+	ln   *listener // the listener the client came in on
+	t    transport // how bytes move: gnet (plain listeners) or a TLS connection (tls_conn.go)
+	gc   gnet.Conn // nil on a TLS listener; the framing below runs on the gnet loop only
 	log  *zap.Logger
 	addr string
+
+	// auth is the SASL state on a SASL listener (sasl.go), nil elsewhere. Only the executor
+	// touches it; the loop reads the two atomics below.
+	auth *saslState
+	// authed is set once SASL authentication succeeded: until then frames are bounded by
+	// sasl.server.max.receive.size. rawTokens is set while a SaslHandshake v0 exchange expects
+	// raw (headerless) SASL token frames, which may be shorter than a request header.
+	authed    atomic.Bool
+	rawTokens atomic.Bool
+	// principal is the authenticated identity: User:ANONYMOUS, the mTLS-mapped certificate
+	// subject, or the SASL user (principal()).
+	princ atomic.Pointer[string]
 
 	// loop-only framing state
 	frame  *bytebufferpool.ByteBuffer
@@ -65,17 +80,16 @@ type request struct {
 	done  atomic.Bool
 }
 
-func newConn(s *Server, gc gnet.Conn) *conn {
-	addr := ""
-	if ra := gc.RemoteAddr(); ra != nil {
-		addr = ra.String()
-	}
+func newConn(s *Server, ln *listener, addr string) *conn {
 	c := &conn{
 		s:     s,
-		gc:    gc,
+		ln:    ln,
 		addr:  addr,
-		log:   s.log.With(zap.String("conn", addr)),
+		log:   s.log.With(zap.String("conn", addr), zap.String("listener", ln.name)),
 		ready: make(map[uint64]*bytebufferpool.ByteBuffer),
+	}
+	if ln.cfg.SASL() {
+		c.auth = &saslState{}
 	}
 	// Decoding pauses at MaxInflightPerConn requests in flight, and queued requests are in
 	// flight, so the bound is never reached by a well-behaved loop; if it is, the connection
@@ -108,19 +122,11 @@ func (c *conn) onTraffic() gnet.Action {
 				return gnet.None
 			}
 			size := int32(binary.BigEndian.Uint32(hdr))
-			if size < 8 || size > c.s.cfg.SocketRequestMaxByte {
-				// Kafka's SocketServer closes on an invalid size (InvalidReceiveException).
-				c.log.Warn("closing connection: invalid request size",
-					zap.Int32("size", size), zap.Int32("max", c.s.cfg.SocketRequestMaxByte))
-				mFrameRejected.Inc()
+			if !c.frameSizeOK(size) {
 				return gnet.Close
 			}
 			_, _ = c.gc.Discard(4)
-			c.frame = codec.FramePool.Get()
-			if cap(c.frame.B) < int(size) {
-				c.frame.B = make([]byte, size)
-			}
-			c.frame.B = c.frame.B[:size]
+			c.frame = newFrame(size)
 			c.need, c.filled = int(size), 0
 		}
 		n, _ := c.gc.Read(c.frame.B[c.filled:c.need])
@@ -128,15 +134,55 @@ func (c *conn) onTraffic() gnet.Action {
 		if c.filled < c.need {
 			return gnet.None
 		}
-		r := &request{c: c, seq: c.nextSeq, frame: c.frame}
-		c.nextSeq++
+		f := c.frame
 		c.frame = nil
-		c.inflight.Add(1)
-		mBytesIn.Add(c.need + 4)
-		if !c.enqueue(r) {
+		if !c.deliver(f) {
 			return gnet.Close
 		}
 	}
+}
+
+// frameSizeOK checks a frame's size prefix; false (logged and counted) closes the connection.
+func (c *conn) frameSizeOK(size int32) bool {
+	min := int32(8) // api key, version, correlation id, client id length
+	if c.rawTokens.Load() {
+		min = 1 // a raw SASL token (SaslHandshake v0) has no header: PLAIN's is a few bytes
+	}
+	if size < min || size > c.s.cfg.SocketRequestMaxByte {
+		// Kafka's SocketServer closes on an invalid size (InvalidReceiveException).
+		c.log.Warn("closing connection: invalid request size",
+			zap.Int32("size", size), zap.Int32("max", c.s.cfg.SocketRequestMaxByte))
+		mFrameRejected.Inc()
+		return false
+	}
+	if c.auth != nil && !c.authed.Load() && size > c.s.cfg.SASLMaxReceive {
+		// Apache bounds every receive before authentication by sasl.server.max.receive.size, so
+		// an unauthenticated client cannot make the broker buffer socket.request.max.bytes.
+		c.log.Warn("closing connection: frame over sasl.server.max.receive.size before authentication",
+			zap.Int32("size", size), zap.Int32("max", c.s.cfg.SASLMaxReceive))
+		mSASLOversized.Inc()
+		return false
+	}
+	return true
+}
+
+// newFrame returns a pooled buffer of length size.
+func newFrame(size int32) *bytebufferpool.ByteBuffer {
+	f := codec.FramePool.Get()
+	if cap(f.B) < int(size) {
+		f.B = make([]byte, size)
+	}
+	f.B = f.B[:size]
+	return f
+}
+
+// deliver hands one complete frame to the executor; false closes the connection.
+func (c *conn) deliver(f *bytebufferpool.ByteBuffer) bool {
+	r := &request{c: c, seq: c.nextSeq, frame: f}
+	c.nextSeq++
+	c.inflight.Add(1)
+	mBytesIn.Add(len(f.B) + 4)
+	return c.enqueue(r)
 }
 
 // enqueue hands r to the executor; false means the executor queue is full, which the inflight
@@ -205,22 +251,16 @@ func (c *conn) complete(r *request, resp *bytebufferpool.ByteBuffer) {
 		n += int64(len(b))
 	}
 	c.noteOutbound(c.outPending.Add(n) + c.outBuffered.Load())
-	err := c.gc.AsyncWritev(bufs, func(gc gnet.Conn, err error) error {
+	err := c.t.writev(bufs, func(err error, buffered int64) {
 		for _, b := range owned {
 			codec.ResponsePool.Put(b)
 		}
 		if err != nil { // closed meanwhile: nothing is buffered any more
 			c.outPending.Add(-n)
-			return nil
+			return
 		}
-		// On the loop: OutboundBuffered is what the socket has not taken yet.
-		buffered := int64(gc.OutboundBuffered())
 		c.outBuffered.Store(buffered)
 		c.noteOutbound(c.outPending.Add(-n) + buffered)
-		if c.paused && int(c.inflight.Load()) < c.s.cfg.MaxInflightPerConn {
-			return c.onResume()
-		}
-		return nil
 	})
 	c.writeMu.Unlock()
 	if err != nil {
@@ -246,12 +286,7 @@ func (c *conn) noteOutbound(backlog int64) {
 // maybeResume wakes the loop if decoding was paused and there is room again.
 func (c *conn) maybeResume() {
 	if int(c.inflight.Load()) < c.s.cfg.MaxInflightPerConn && !c.closed.Load() {
-		_ = c.gc.Wake(func(gc gnet.Conn, err error) error {
-			if err != nil || !c.paused {
-				return nil
-			}
-			return c.onResume()
-		})
+		c.t.wake()
 	}
 }
 
@@ -269,5 +304,58 @@ func (c *conn) onResume() error {
 // closeWith logs why and closes the connection (safe from any goroutine).
 func (c *conn) closeWith(msg string, fields ...zap.Field) {
 	c.log.Warn("closing connection: "+msg, fields...)
-	_ = c.gc.Close()
+	c.t.close()
 }
+
+// transport moves a connection's bytes. Plain listeners use gnet (gnetTransport); TLS listeners
+// use a crypto/tls connection served by two goroutines of its own (tls_conn.go), so the blocking
+// TLS reads and writes never run on a gnet event loop. Both feed the same pipeline: frames go
+// to conn.deliver, responses leave through conn.complete in request order.
+type transport interface {
+	// writev queues bufs after everything queued before; done runs once they are written (or
+	// the connection is gone, err != nil) with the bytes still buffered for the socket.
+	writev(bufs [][]byte, done func(err error, buffered int64)) error
+	// wake resumes decoding paused at max.inflight.requests.per.connection.
+	wake()
+	// close closes the connection; closeAfterWrites closes it once what writev queued has been
+	// written (a SASL failure answers, then closes).
+	close()
+	closeAfterWrites()
+}
+
+// gnetTransport is a connection of a gnet loop. gnet runs AsyncWritev callbacks at high priority
+// and Close at low priority on the same loop, and flushes its outbound buffer on close, so a
+// Close after a write never drops the write.
+type gnetTransport struct {
+	c  *conn
+	gc gnet.Conn
+}
+
+func (t gnetTransport) writev(bufs [][]byte, done func(error, int64)) error {
+	c := t.c
+	return t.gc.AsyncWritev(bufs, func(gc gnet.Conn, err error) error {
+		if err != nil {
+			done(err, 0)
+			return nil
+		}
+		// On the loop: OutboundBuffered is what the socket has not taken yet.
+		done(nil, int64(gc.OutboundBuffered()))
+		if c.paused && int(c.inflight.Load()) < c.s.cfg.MaxInflightPerConn {
+			return c.onResume()
+		}
+		return nil
+	})
+}
+
+func (t gnetTransport) wake() {
+	c := t.c
+	_ = t.gc.Wake(func(gc gnet.Conn, err error) error {
+		if err != nil || !c.paused {
+			return nil
+		}
+		return c.onResume()
+	})
+}
+
+func (t gnetTransport) close()            { _ = t.gc.Close() }
+func (t gnetTransport) closeAfterWrites() { _ = t.gc.Close() }

@@ -37,3 +37,22 @@ func init() {
 }
 
 var mProduceRejected = metrics.NewCounter(`kaas_produce_rejected_batches_total`)
+
+// Listener security (listener.go, tls.go, sasl.go).
+var (
+	mTLSHandshakeFailures = metrics.NewCounter(`kaas_tls_handshake_failures_total`)
+	mTLSReloads           = metrics.NewCounter(`kaas_tls_reloads_total`)
+	mTLSReloadFailures    = metrics.NewCounter(`kaas_tls_reload_failures_total`)
+	// mSASLFailures counts failed SASL authentications (bad password, unknown user, garbage
+	// token, unsupported mechanism); mSASLAuthentications successful ones, re-authentications
+	// included.
+	mSASLFailures        = metrics.NewCounter(`kaas_sasl_authentication_failures_total`)
+	mSASLAuthentications = metrics.NewCounter(`kaas_sasl_authentications_total`)
+	// mSASLPreAuthRequests counts connections closed for a request before authentication.
+	mSASLPreAuthRequests = metrics.NewCounter(`kaas_sasl_unauthenticated_requests_total`)
+	// mSASLOversized counts frames / tokens over sasl.server.max.receive.size.
+	mSASLOversized = metrics.NewCounter(`kaas_sasl_oversized_tokens_total`)
+	// mSASLExpiredCloses counts connections closed because their KIP-368 session expired.
+	mSASLExpiredCloses     = metrics.NewCounter(`kaas_sasl_expired_session_closes_total`)
+	mCredentialStoreErrors = metrics.NewCounter(`kaas_sasl_credential_store_errors_total`)
+)

@@ -45,8 +45,10 @@ func (rc *reqCtx) authorized(op Operation, rt ResourceType, name string) bool {
 	return rc.s.deps.Authz.Authorize(rc.c.principal(), op, rt, name)
 }
 
-// principal is the authenticated identity of the connection (ANONYMOUS until SASL exists).
-func (c *conn) principal() string { return "User:ANONYMOUS" }
+// principal is the authenticated identity of the connection: User:ANONYMOUS on PLAINTEXT (and on
+// SSL without a client certificate), the mapped certificate subject on SSL with mTLS, the SASL
+// user on SASL listeners (listener.go, sasl.go).
+func (c *conn) principal() string { return c.authPrincipal() }
 
 // TopicDefaults maps the broker-level log.* defaults onto topic configs.
 func TopicDefaults(cfg configs.Config) storage.TopicConfig {

@@ -1,4 +1,5 @@
-// Package server is the Kafka wire front end: gnet event loops frame requests, a per-connection
+// Package server is the Kafka wire front end: gnet event loops (plain listeners) or per-connection
+// TLS goroutines (SSL listeners) frame requests, a per-connection
 // executor runs the handlers (one file per API, NN_name.go, registering its versions in init), and
 // responses go back strictly in request order. It is the only package that knows gnet.
 package server
@@ -9,19 +10,16 @@ import (
 	"fmt"
 	"net"
 	"runtime/debug"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/panjf2000/gnet/v2"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/valyala/bytebufferpool"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/credentials"
 	"github.com/kaas-go/kaas/coord/group"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
@@ -46,24 +44,23 @@ type Deps struct {
 	Txn *txn.Coordinator
 	// Markers is the local marker writer Txn writes through (and the hanging-transaction watch).
 	Markers *MarkerWriter
+	// Credentials holds the SCRAM credentials SASL authenticates against and
+	// Describe/AlterUserScramCredentials manage; nil: no user can authenticate, and those APIs
+	// answer SECURITY_DISABLED.
+	Credentials credentials.Store
 	// FeaturesEpoch is the persisted KIP-584 finalizing epoch of the advertised feature levels
 	// (features.go); 0 = 1.
 	FeaturesEpoch int64
 }
 
-// Server is one broker's Kafka listener.
+// Server is one broker's Kafka front end: its listeners (listener.go) and the request pipeline.
 type Server struct {
-	gnet.BuiltinEventEngine
-
 	cfg       configs.Config
 	log       *zap.Logger
 	deps      Deps
 	clusterID string
 
-	eng     gnet.Engine
-	booted  chan struct{}
-	stopped chan error
-	addr    atomic.Pointer[net.TCPAddr] // written once by Start, read by handlers
+	listeners []*listener // in the order of the listeners config; [0] is Addr()
 
 	fetchSessions *fetchSessionCache
 	internal      [2]internalTopic // __consumer_offsets, __transaction_state
@@ -85,79 +82,69 @@ func New(cfg configs.Config, log *zap.Logger, deps Deps, clusterID string) *Serv
 		log:           log,
 		deps:          deps,
 		clusterID:     clusterID,
-		booted:        make(chan struct{}),
-		stopped:       make(chan error, 1),
 		fetchSessions: newFetchSessionCache(cfg.FetchSessionCacheSize),
 		internal:      newInternalTopics(clusterID),
 	}
 }
 
-// Start binds the listener and returns once the event loops accept connections.
+// Start binds every listener and returns once all accept connections.
 func (s *Server) Start() error {
-	opts := []gnet.Option{
-		gnet.WithMulticore(true),
-		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
-		gnet.WithReadBufferCap(256 << 10),
-		gnet.WithWriteBufferCap(256 << 10),
-		gnet.WithLogger(s.log.Named("gnet").Sugar()),
-		gnet.WithTCPKeepAlive(time.Minute),
-		// A broker restarted after kill -9 must rebind while old connections sit in TIME_WAIT.
-		gnet.WithReuseAddr(true),
+	ls, err := s.cfg.ParseListeners()
+	if err != nil {
+		return err
 	}
-	if s.cfg.NumEventLoops > 0 {
-		opts = append(opts, gnet.WithNumEventLoop(s.cfg.NumEventLoops))
-	}
-	go func() {
-		s.stopped <- gnet.Run(s, "tcp://"+s.cfg.Listeners, opts...)
-	}()
-	select {
-	case <-s.booted:
-	case err := <-s.stopped:
+	for _, lc := range ls {
+		l, err := newListener(s, lc)
 		if err == nil {
-			err = errors.New("event engine stopped during start")
+			err = l.start()
 		}
-		return fmt.Errorf("cannot listen on %s: %w", s.cfg.Listeners, err)
-	}
-	// Learn the bound address (the port may have been 0).
-	fd, err := s.eng.Dup()
-	if err != nil {
-		return fmt.Errorf("cannot inspect listener: %w", err)
-	}
-	defer unix.Close(fd)
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return fmt.Errorf("cannot inspect listener: %w", err)
-	}
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		s.addr.Store(&net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port})
-	case *unix.SockaddrInet6:
-		s.addr.Store(&net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port})
-	default:
-		return fmt.Errorf("unexpected listener address %T", sa)
+		if err != nil {
+			s.stopListeners(context.Background())
+			return fmt.Errorf("cannot start listener %s (%s): %w", lc.Name, lc.Addr(), err)
+		}
+		s.listeners = append(s.listeners, l)
+		s.log.Info("listening", zap.String("listener", l.name), zap.String("protocol", lc.Protocol),
+			zap.String("addr", l.addr().String()), zap.Int32("broker.id", s.cfg.BrokerID))
 	}
 	s.publishLocalEndpoint()
-	s.log.Info("listening", zap.String("addr", s.Addr().String()), zap.Int32("broker.id", s.cfg.BrokerID))
 	return nil
 }
 
-// Addr is the bound listener address.
-func (s *Server) Addr() *net.TCPAddr { return s.addr.Load() }
+// Addr is the bound address of the first listener.
+func (s *Server) Addr() *net.TCPAddr { return s.listeners[0].addr() }
 
-// advertised returns the host and port given to clients in Metadata and FindCoordinator.
-func (s *Server) advertised() (string, int32) {
-	if s.cfg.AdvertisedListeners != "" {
-		h, p, err := net.SplitHostPort(s.cfg.AdvertisedListeners)
-		if err == nil {
-			port, _ := strconv.Atoi(p)
-			return h, int32(port)
+// ListenerAddr is the bound address of the named listener (nil if there is none).
+func (s *Server) ListenerAddr(name string) *net.TCPAddr {
+	if l := s.listener(name); l != nil {
+		return l.addr()
+	}
+	return nil
+}
+
+func (s *Server) listener(name string) *listener {
+	for _, l := range s.listeners {
+		if l.name == name {
+			return l
 		}
 	}
-	a := s.Addr()
+	return nil
+}
+
+// advertised returns the host and port given to clients of the named listener in Metadata,
+// FindCoordinator and DescribeCluster: its advertised.listeners entry, else its bound address.
+func (s *Server) advertised(name string) (string, int32) {
+	if h, p, ok := s.cfg.AdvertisedEndpoint(name); ok {
+		return h, int32(p)
+	}
+	l := s.listener(name)
+	if l == nil {
+		l = s.listeners[0]
+	}
+	a := l.addr()
 	return a.IP.String(), int32(a.Port)
 }
 
-// Close stops accepting, closes every connection and waits for the loops to exit.
+// Close stops accepting, closes every connection and waits for the listeners to exit.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -166,53 +153,17 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	if err := s.eng.Stop(ctx); err != nil {
-		return err
-	}
-	select {
-	case <-s.stopped:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
+	return s.stopListeners(ctx)
 }
 
-// OnBoot implements gnet.EventHandler.
-func (s *Server) OnBoot(eng gnet.Engine) gnet.Action {
-	s.eng = eng
-	close(s.booted)
-	return gnet.None
-}
-
-// OnOpen implements gnet.EventHandler.
-func (s *Server) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
-	gc.SetContext(newConn(s, gc))
-	mConnsOpened.Inc()
-	mConnsOpen.Inc()
-	return nil, gnet.None
-}
-
-// OnClose implements gnet.EventHandler.
-func (s *Server) OnClose(gc gnet.Conn, err error) gnet.Action {
-	c, _ := gc.Context().(*conn)
-	if c != nil {
-		c.closed.Store(true)
-		if c.frame != nil {
-			codec.FramePool.Put(c.frame)
-			c.frame = nil
+func (s *Server) stopListeners(ctx context.Context) error {
+	var errs []error
+	for _, l := range s.listeners {
+		if err := l.stop(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	mConnsOpen.Dec()
-	return gnet.None
-}
-
-// OnTraffic implements gnet.EventHandler.
-func (s *Server) OnTraffic(gc gnet.Conn) gnet.Action {
-	c, _ := gc.Context().(*conn)
-	if c == nil {
-		return gnet.Close
-	}
-	return c.onTraffic()
+	return errors.Join(errs...)
 }
 
 // reqCtx is what a handler sees of one request.
@@ -224,6 +175,8 @@ type reqCtx struct {
 	req      kmsg.Request
 	start    time.Time
 	deferred bool
+	// closeAfter closes the connection once the response is written (a failed SASL step).
+	closeAfter bool
 }
 
 // handler serves one API. It returns the response, or (nil, nil) after calling rc.deferReply()
@@ -248,6 +201,10 @@ func register(key kmsg.Key, min, max int16, h handler) {
 // handle parses and dispatches one request on the connection's executor.
 func (s *Server) handle(r *request) {
 	c := r.c
+	if c.auth != nil && c.auth.step == saslAwaitRawToken {
+		s.saslRawToken(r) // not a Kafka request: a SASL token after SaslHandshake v0 (sasl.go)
+		return
+	}
 	req, err := codec.ParseRequest(r.frame.B)
 	if err != nil {
 		s.parseFailed(r, req, err)
@@ -255,6 +212,11 @@ func (s *Server) handle(r *request) {
 	}
 	rc := &reqCtx{s: s, c: c, r: r, hdr: req.Header, req: req.Msg, start: time.Now()}
 	key := req.Header.Key
+	if c.auth != nil && !c.saslAllowed(key) {
+		c.t.close()
+		r.release()
+		return
+	}
 	mRequests[key].Inc()
 	h := handlers[key]
 	if testHandlerHook != nil {
@@ -270,6 +232,9 @@ func (s *Server) handle(r *request) {
 		return
 	}
 	rc.reply(resp)
+	if rc.closeAfter {
+		c.t.closeAfterWrites()
+	}
 }
 
 // runHandler calls h, turning a panic into a closed connection with a logged stack: a bug in one
@@ -347,7 +312,7 @@ func (rc *reqCtx) guard() {
 	rc.s.log.Error("panic in deferred handler; closing connection",
 		zap.String("api", kmsg.NameForKey(rc.hdr.Key)), zap.Any("panic", p),
 		zap.ByteString("stack", debug.Stack()))
-	_ = rc.c.gc.Close()
+	rc.c.t.close()
 }
 
 // fail closes the connection for a deferred request that cannot be answered.

@@ -33,10 +33,6 @@ import (
 	"github.com/kaas-go/kaas/storage"
 )
 
-// listenerName is the name of the one listener a kaas broker serves (configs accepts
-// PLAINTEXT://host:port only). Brokers are described to clients by their endpoint on it.
-const listenerName = "PLAINTEXT"
-
 // opCallerAuthorized tells lookupTopic that the caller checked a cluster-level ACL instead of a
 // topic one (WriteTxnMarkers needs CLUSTER_ACTION, not an operation on the topic).
 const opCallerAuthorized Operation = -1
@@ -210,10 +206,11 @@ type liveBroker struct {
 	port int32
 }
 
-// liveBrokers lists the live brokers that have an endpoint on our listener, sorted by id, as
-// Apache's MetadataCache.getAliveBrokerNodes(listener) does. The local broker is always listed:
-// until the topology has learned its bound address it is given the advertised one.
-func (s *Server) liveBrokers() []liveBroker {
+// liveBrokers lists the live brokers that have an endpoint on the named listener (the one the
+// client came in on), sorted by id, as Apache's MetadataCache.getAliveBrokerNodes(listener) does.
+// The local broker is always listed: until the topology has learned its bound address it is
+// given the advertised one.
+func (s *Server) liveBrokers(listenerName string) []liveBroker {
 	topo := s.deps.Topology
 	local := topo.LocalID()
 	brokers := topo.Brokers()
@@ -224,7 +221,7 @@ func (s *Server) liveBrokers() []liveBroker {
 		if b.ID == local {
 			sawLocal = true
 			if !ok {
-				ep.Host, ep.Port = s.advertised()
+				ep.Host, ep.Port = s.advertised(listenerName)
 				ok = true
 			}
 		}
@@ -233,7 +230,7 @@ func (s *Server) liveBrokers() []liveBroker {
 		}
 	}
 	if !sawLocal {
-		h, p := s.advertised()
+		h, p := s.advertised(listenerName)
 		out = append(out, liveBroker{id: local, host: h, port: p})
 		for i := len(out) - 1; i > 0 && out[i].id < out[i-1].id; i-- {
 			out[i], out[i-1] = out[i-1], out[i]
@@ -268,11 +265,14 @@ type localEndpointSetter interface {
 	SetLocalEndpoint(topology.Endpoint)
 }
 
-// publishLocalEndpoint tells the topology where this broker listens, if it wants to know.
+// publishLocalEndpoint tells the topology where this broker listens, one endpoint per listener
+// (its advertised address), if it wants to know.
 func (s *Server) publishLocalEndpoint() {
 	if t, ok := s.deps.Topology.(localEndpointSetter); ok {
-		h, p := s.advertised()
-		t.SetLocalEndpoint(topology.Endpoint{Listener: listenerName, Host: h, Port: p})
+		for _, l := range s.listeners {
+			h, p := s.advertised(l.name)
+			t.SetLocalEndpoint(topology.Endpoint{Listener: l.name, Host: h, Port: p})
+		}
 	}
 }
 
@@ -281,9 +281,10 @@ func (s *Server) publishLocalEndpoint() {
 // knows, and that leader's endpoint once per response, so the client moves to the new leader
 // without a Metadata round trip, as Apache does.
 type leaderHints struct {
-	s       *Server
-	brokers []liveBroker // listed on the first hint
-	nodes   []liveBroker // the endpoints the response carries, each once
+	s        *Server
+	listener string       // the client's listener: hints name endpoints on it
+	brokers  []liveBroker // listed on the first hint
+	nodes    []liveBroker // the endpoints the response carries, each once
 }
 
 // hint returns the partition's known leader and epoch, or (-1, -1) when there is none to name
@@ -294,7 +295,7 @@ func (h *leaderHints) hint(topic string, part int32) (leader, epoch int32) {
 		return -1, -1
 	}
 	if h.brokers == nil {
-		h.brokers = h.s.liveBrokers()
+		h.brokers = h.s.liveBrokers(h.listener)
 	}
 	b, ok := findBroker(h.brokers, o.Broker)
 	if !ok {

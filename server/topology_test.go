@@ -28,11 +28,11 @@ func tpBroker(t *testing.T) (*testBroker, *topology.Table, *rawConn) {
 	tb := startTestBroker(t, cfg, BrokerOptions{Topology: tbl})
 	t.Cleanup(func() { tb.stop(t) })
 	local := tbl.Brokers()[0]
-	if _, ok := local.Endpoint(listenerName); !ok {
+	if _, ok := local.Endpoint("PLAINTEXT"); !ok {
 		t.Fatalf("the listener did not publish its address to the topology: %+v", local)
 	}
 	tbl.SetBrokers([]topology.Broker{local,
-		{ID: 2, Rack: "r2", Endpoints: []topology.Endpoint{{Listener: listenerName, Host: "broker-2.test", Port: 9999}}}})
+		{ID: 2, Rack: "r2", Endpoints: []topology.Endpoint{{Listener: "PLAINTEXT", Host: "broker-2.test", Port: 9999}}}})
 
 	cl := fxClient(t, tb.srv.Addr().String(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	fxCreateTopic(t, cl, "topo", 2)

@@ -224,6 +224,10 @@ type kaasProc struct {
 // the e2e tests do not run in parallel).
 var e2eExtraKaasArgs []string
 
+// e2eKaasListeners, when set by a test, builds the listeners value from the PLAINTEXT address
+// the harness picked (which stays the address Addr returns), to add SSL / SASL listeners.
+var e2eKaasListeners func(plain string) string
+
 func startKaas(t *testing.T) *kaasProc {
 	t.Helper()
 	if e2eKaasBuildErr != nil {
@@ -238,8 +242,12 @@ func startKaas(t *testing.T) *kaasProc {
 		metrics: fmt.Sprintf("127.0.0.1:%d", e2eFreePort(t)),
 		logPath: filepath.Join(e2eLogDir(t), "kaas.log"),
 	}
+	listeners := p.addr
+	if e2eKaasListeners != nil {
+		listeners = e2eKaasListeners(p.addr)
+	}
 	p.args = []string{
-		"--listeners=" + p.addr,
+		"--listeners=" + listeners,
 		"--data.dir=" + filepath.Join(dir, "data"),
 		"--metrics.addr=" + p.metrics,
 		"--broker.id=0",

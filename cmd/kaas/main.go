@@ -1,6 +1,7 @@
 // Command kaas runs one Kafka-wire-compatible broker.
 //
 //	kaas [--config=server.properties] [--key=value ...]
+//	kaas credentials add --data.dir=DIR --user=NAME --mechanism=SCRAM-SHA-256 --password=PW
 //
 // Every key of configs/kaas.properties can be given as a flag (--data.dir=./data) or as an
 // environment variable (KAAS_DATA_DIR=./data); flags win over the environment, which wins over
@@ -27,6 +28,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "credentials" {
+		if err := runCredentials(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "kaas credentials:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:], os.Getenv, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "kaas:", err)
 		os.Exit(1)
