@@ -37,15 +37,7 @@ func handleDescribeGroups(rc *reqCtx) (kmsg.Response, error) {
 	for i, id := range groups {
 		ops := int32(math.MinInt32)
 		if withOps {
-			ops = 0
-			for _, o := range []struct {
-				op  Operation
-				bit int
-			}{{OpRead, aclOpRead}, {OpDelete, aclOpDelete}, {OpDescribe, aclOpDescribe}} {
-				if rc.authorized(o.op, ResGroup, id) {
-					ops |= 1 << o.bit
-				}
-			}
+			ops = rc.authorizedOps(ResGroup, id, groupOps)
 		}
 		if code := rc.groupGate(OpDescribe, id); code != codec.CodeNone {
 			d := kmsg.NewDescribeGroupsResponseGroup()

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/acl"
 	"github.com/kaas-go/kaas/coord/group"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
@@ -47,6 +48,8 @@ type BrokerOptions struct {
 	// broker alone, owning everything at epoch 0 (a topology.Table the listener publishes its
 	// bound address to).
 	Topology topology.Topology
+	// PrincipalFor, for tests only: see Deps.PrincipalFor.
+	PrincipalFor func(remoteAddr string) string
 }
 
 // StartBroker opens the data directory and starts serving. Any subsystem that cannot open its
@@ -126,7 +129,19 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	}
 	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
 
-	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch}
+	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch, PrincipalFor: opts.PrincipalFor}
+	if cfg.AuthorizerClassName != "" {
+		// The bindings live next to the cluster id; a cluster-wide acl.Store replaces the file.
+		a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(cfg.SuperUsers), AllowIfNoACL: cfg.AllowEveryoneIfNoACL},
+			acl.NewFileStore(clusterDir))
+		if err != nil {
+			return nil, fmt.Errorf("cannot start authorizer (refusing to start): %w", err)
+		}
+		deps.ACL = a
+		if deps.Authz == nil {
+			deps.Authz = a
+		}
+	}
 	b.Server = New(cfg, log.Named("server"), deps, clusterID)
 	if err := b.Server.Start(); err != nil {
 		b.Server = nil

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/acl"
 	"github.com/kaas-go/kaas/coord/group"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
@@ -38,6 +39,12 @@ type Deps struct {
 	Topology topology.Topology
 	// Authz decides whether a principal may perform an operation; nil allows everything.
 	Authz Authorizer
+	// ACL is the StandardAuthorizer behind CreateAcls / DescribeAcls / DeleteAcls; nil (no
+	// authorizer.class.name) answers them SECURITY_DISABLED.
+	ACL *acl.Authorizer
+	// PrincipalFor, for tests only, names the principal of a connection from its remote
+	// address (ip:port) until SASL authenticates connections; nil = User:ANONYMOUS.
+	PrincipalFor func(remoteAddr string) string
 	// Groups is the classic consumer-group coordinator; nil answers the group APIs
 	// COORDINATOR_NOT_AVAILABLE.
 	Groups *group.Coordinator

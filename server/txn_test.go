@@ -696,7 +696,7 @@ func TestTxnPreparedCompletedAfterRestart(t *testing.T) {
 // txnDeny denies exactly the listed (operation, resource type, name) triples.
 type txnDeny map[string]bool
 
-func (d txnDeny) Authorize(_ string, op Operation, rt ResourceType, name string) bool {
+func (d txnDeny) Authorize(_, _ string, op Operation, rt ResourceType, name string) bool {
 	return !d[fmt.Sprintf("%d/%d/%s", op, rt, name)]
 }
 
