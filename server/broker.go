@@ -17,6 +17,7 @@ import (
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/acl"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/quota"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
@@ -37,6 +38,7 @@ type Broker struct {
 	Groups  *group.Coordinator
 	Txn     *txn.Coordinator
 	Markers *MarkerWriter
+	Quotas  *quota.Manager
 
 	log *zap.Logger
 }
@@ -130,6 +132,11 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
 
 	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch, PrincipalFor: opts.PrincipalFor}
+	if b.Quotas, err = quota.New(quota.Config{}, quota.NewFileStore(clusterDir)); err != nil {
+		return nil, fmt.Errorf("cannot open client quotas (refusing to start): %w", err)
+	}
+	b.Quotas.ExportMetrics()
+	deps.Quotas = b.Quotas
 	if cfg.AuthorizerClassName != "" {
 		// The bindings live next to the cluster id; a cluster-wide acl.Store replaces the file.
 		a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(cfg.SuperUsers), AllowIfNoACL: cfg.AllowEveryoneIfNoACL},
@@ -168,6 +175,9 @@ func (b *Broker) close() error {
 			errs = append(errs, fmt.Errorf("server: %w", err))
 		}
 		cancel()
+	}
+	if b.Quotas != nil {
+		b.Quotas.Unexport()
 	}
 	if b.Txn != nil {
 		b.Txn.Close()

@@ -55,6 +55,11 @@ type conn struct {
 	outPending  atomic.Int64
 	outBuffered atomic.Int64
 	slowClosed  atomic.Bool
+
+	// Client-quota muting (quotas.go): the executor starts no request before mutedUntil (unix
+	// nanos); quit is closed when the connection closes, to release a muted executor.
+	mutedUntil atomic.Int64
+	quit       chan struct{}
 }
 
 // request is one decoded frame travelling through the pipeline.
@@ -76,6 +81,7 @@ func newConn(s *Server, gc gnet.Conn) *conn {
 		addr:  addr,
 		log:   s.log.With(zap.String("conn", addr)),
 		ready: make(map[uint64]*bytebufferpool.ByteBuffer),
+		quit:  make(chan struct{}),
 	}
 	// Decoding pauses at MaxInflightPerConn requests in flight, and queued requests are in
 	// flight, so the bound is never reached by a well-behaved loop; if it is, the connection
@@ -154,6 +160,7 @@ func (c *conn) enqueue(r *request) bool {
 // a time, in order.
 func (c *conn) run(rs []*request) {
 	r := rs[0]
+	c.waitMuted()
 	if c.closed.Load() {
 		r.release()
 		return
