@@ -9,7 +9,8 @@ package server
 //     name) or any; an unknown entity type, a type named twice, an exact match without a name or
 //     a default/any match with one answers INVALID_REQUEST (42). strict leaves out entities that
 //     have entity types the filter does not name; no components and not strict lists everything.
-//   - Entries carry the entity (a null name is the <default>) and every quota key set on it.
+//   - Entries (an empty list, never null, when nothing matches: the Java admin client reads
+//     it unconditionally) carry the entity (a null name is the <default>) and every quota key set on it.
 //
 // Version notes:
 //   - v1: flexible.
@@ -43,6 +44,8 @@ func handleDescribeClientQuotas(rc *reqCtx) (kmsg.Response, error) {
 		resp.ErrorCode, resp.ErrorMessage = codec.CodeInvalidRequest, kmsg.StringPtr(err.Error())
 		return resp, nil
 	}
+	// entries is nullable on the wire (null with an error); the Java client reads it as a list.
+	resp.Entries = []kmsg.DescribeClientQuotasResponseEntry{}
 	for _, e := range q.Describe(cs, req.Strict) {
 		out := kmsg.NewDescribeClientQuotasResponseEntry()
 		for _, part := range []struct {
