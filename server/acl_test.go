@@ -560,3 +560,7 @@ func TestACLAPIsSecurityDisabledWithoutAuthorizer(t *testing.T) {
 		t.Fatalf("CreateACLs: %+v %v", r, err)
 	}
 }
+
+func aclAnyFilter() acl.Filter {
+	return acl.Filter{ResourceType: acl.ResourceAny, PatternType: acl.PatternAny, Operation: acl.OpAny, Permission: acl.PermAny}
+}
