@@ -275,7 +275,7 @@ func TestACLTxnGateMatrix(t *testing.T) {
 	// WriteTxnMarkers: CLUSTER_ACTION on the cluster, which kafka-transactions abort needs
 	// granted; nothing is written without it.
 	{
-		rc, tid, _, pid, epoch := setup(need{}, true)
+		rc, _, _, pid, epoch := setup(need{}, true)
 		wm := kmsg.NewPtrWriteTxnMarkersRequest()
 		wm.Markers = []kmsg.WriteTxnMarkersRequestMarker{{ProducerID: pid, ProducerEpoch: epoch, CoordinatorEpoch: -1,
 			Topics: []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: "t", Partitions: []int32{0}}}}}
@@ -291,7 +291,6 @@ func TestACLTxnGateMatrix(t *testing.T) {
 		if leo() != before+1 {
 			t.Errorf("granted WriteTxnMarkers: log end %d -> %d, want one marker", before, leo())
 		}
-		_ = tid
 	}
 	// Idempotent InitProducerId (KIP-679 as Apache 4.1): WRITE on any topic or IDEMPOTENT_WRITE
 	// on the cluster suffices; a principal with neither gets CLUSTER_AUTHORIZATION_FAILED.
@@ -467,6 +466,16 @@ func TestACLAdminRoundTripSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	adm := kadm.NewClient(ab.who.client(t, ab.addr, superUser))
+	// A connection opened before the grant sees it on its next request.
+	daveRaw := ab.who.raw(t, ab.addr, "User:dave")
+	lo := kmsg.NewPtrListOffsetsRequest()
+	lo.Version, lo.ReplicaID = 7, -1
+	lp := kmsg.NewListOffsetsRequestTopicPartition()
+	lp.Timestamp = -1
+	lo.Topics = []kmsg.ListOffsetsRequestTopic{{Topic: "logs", Partitions: []kmsg.ListOffsetsRequestTopicPartition{lp}}}
+	if r := fxRoundTrip[*kmsg.ListOffsetsResponse](t, daveRaw, lo); r.Topics[0].Partitions[0].ErrorCode != kerr.TopicAuthorizationFailed.Code {
+		t.Fatalf("ListOffsets before the grant: %v", kerr.ErrorForCode(r.Topics[0].Partitions[0].ErrorCode))
+	}
 	b := kadm.NewACLs().Allow("User:dave").Topics("logs").Operations(kadm.OpRead, kadm.OpDescribe)
 	res, err := adm.CreateACLs(ctx, b)
 	if err != nil {
@@ -481,11 +490,10 @@ func TestACLAdminRoundTripSurvivesRestart(t *testing.T) {
 	if _, err := adm.CreateACLs(ctx, pb); err != nil {
 		t.Fatal(err)
 	}
-	// Effective at once on a connection opened before the change.
-	dave := kadm.NewClient(ab.who.client(t, ab.addr, "User:dave"))
-	if _, err := dave.ListEndOffsets(ctx, "logs"); err != nil {
-		t.Fatalf("ListOffsets after the grant: %v", err)
+	if r := fxRoundTrip[*kmsg.ListOffsetsResponse](t, daveRaw, lo); r.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("ListOffsets on the same connection after the grant: %v", kerr.ErrorForCode(r.Topics[0].Partitions[0].ErrorCode))
 	}
+	dave := kadm.NewClient(ab.who.client(t, ab.addr, "User:dave"))
 	// Without ALTER / DESCRIBE on the cluster: 31.
 	if r, err := dave.CreateACLs(ctx, kadm.NewACLs().Allow("User:dave").Topics("x").Operations(kadm.OpAll)); err != nil || len(r) != 1 || code(r[0].Err) != kerr.ClusterAuthorizationFailed.Code {
 		t.Fatalf("CreateACLs without ALTER on the cluster: %+v %v", r, err)

@@ -188,13 +188,11 @@ func (m *Manager) Alter(e Entity, ops []Op, validateOnly bool) error {
 			return fmt.Errorf("%w: key %q appears more than once", ErrInvalid, op.Key)
 		}
 		seen[op.Key] = true
+		v := op.Value
 		if op.Remove {
-			if op.Key != ProducerByteRate && op.Key != ConsumerByteRate && op.Key != RequestPercentage {
-				return ValidateValue(op.Key, 1)
-			}
-			continue
+			v = 1 // a removal names a supported key; its value is ignored
 		}
-		if err := ValidateValue(op.Key, op.Value); err != nil {
+		if err := ValidateValue(op.Key, v); err != nil {
 			return err
 		}
 	}
