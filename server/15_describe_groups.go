@@ -9,7 +9,8 @@ package server
 //     rejoined) is Empty; an unknown group is Dead with no error (Apache, v0-5) and, from v6
 //     (KIP-1043), GROUP_ID_NOT_FOUND with a message, so Kafka 4.x tools report it as such. Member metadata
 //     and assignments are filled only when Stable; client_id and client_host are the member's.
-//   - v3+ include_authorized_operations: the bitfield of READ, DELETE, DESCRIBE the principal holds
+//   - v3+ include_authorized_operations: the bitfield of the group operations the principal holds
+//     (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS, as Apache 4.1)
 //     on the group (Kafka AclOperation codes); otherwise INT32_MIN.
 //
 // Version notes:

@@ -272,9 +272,9 @@ func TestACLTxnGateMatrix(t *testing.T) {
 			t.Errorf("refused transactional Produce appended (log end %d -> %d)", before, leo())
 		}
 	}
-	// WriteTxnMarkers: CLUSTER_ACTION on the cluster, which kafka-transactions abort needs
-	// granted; nothing is written without it.
-	{
+	// WriteTxnMarkers: CLUSTER_ACTION on the cluster (or ALTER, as Apache 4.1), which
+	// kafka-transactions abort needs granted; nothing is written without it.
+	for _, grant := range []acl.Operation{acl.OpClusterAction, acl.OpAlter} {
 		rc, _, _, pid, epoch := setup(need{}, true)
 		wm := kmsg.NewPtrWriteTxnMarkersRequest()
 		wm.Markers = []kmsg.WriteTxnMarkersRequestMarker{{ProducerID: pid, ProducerEpoch: epoch, CoordinatorEpoch: -1,
@@ -285,9 +285,9 @@ func TestACLTxnGateMatrix(t *testing.T) {
 		if leo() != before {
 			t.Errorf("refused WriteTxnMarkers appended (log end %d -> %d)", before, leo())
 		}
-		ab.grant(t, allow(acl.ResourceCluster, acl.ClusterName, fmt.Sprintf("User:p-%d", row), acl.OpClusterAction))
+		ab.grant(t, allow(acl.ResourceCluster, acl.ClusterName, fmt.Sprintf("User:p-%d", row), grant))
 		r = fxRoundTrip[*kmsg.WriteTxnMarkersResponse](t, rc, wm)
-		wantCode("WriteTxnMarkers with CLUSTER_ACTION", r.Markers[0].Topics[0].Partitions[0].ErrorCode, &kerr.Error{Message: "NONE"})
+		wantCode(fmt.Sprintf("WriteTxnMarkers with operation %d on the cluster", grant), r.Markers[0].Topics[0].Partitions[0].ErrorCode, &kerr.Error{Message: "NONE"})
 		if leo() != before+1 {
 			t.Errorf("granted WriteTxnMarkers: log end %d -> %d, want one marker", before, leo())
 		}

@@ -75,11 +75,11 @@ func (rc *reqCtx) authorizedOps(rt ResourceType, name string, ops []Operation) i
 	return bits
 }
 
-// Operations Apache reports per resource type in KIP-430 bitsets (the operations that apply to
-// the type, AclEntry.supportedOperations).
+// Operations Apache 4.1 reports per resource type in KIP-430 bitsets (the operations that apply
+// to the type, AclEntry.supportedOperations).
 var (
 	topicOps   = []Operation{OpRead, OpWrite, OpCreate, OpDelete, OpAlter, OpDescribe, OpDescribeConfigs, OpAlterConfigs}
-	groupOps   = []Operation{OpRead, OpDescribe, OpDelete}
+	groupOps   = []Operation{OpRead, OpDescribe, OpDelete, OpDescribeConfigs, OpAlterConfigs}
 	clusterOps = []Operation{OpCreate, OpClusterAction, OpDescribeConfigs, OpAlterConfigs, OpIdempotentWrite, OpAlter, OpDescribe}
 )
 

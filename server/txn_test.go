@@ -711,6 +711,8 @@ func TestTxnACLGates(t *testing.T) {
 		denyKey(OpWrite, ResTransactionalID, "denied-id"):     true,
 		denyKey(OpRead, ResGroup, "denied-group"):             true,
 		denyKey(OpClusterAction, ResCluster, clusterResource): true,
+		// Apache 4.1 also lets ALTER on the cluster write markers.
+		denyKey(OpAlter, ResCluster, clusterResource): true,
 	}})
 	t.Cleanup(func() { tb.stop(t) })
 	if _, err := tb.store.CreateTopic("acl", 1, nil); err != nil {

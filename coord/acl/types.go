@@ -105,9 +105,10 @@ const (
 	OpIdempotentWrite Operation = 12
 	OpCreateTokens    Operation = 13
 	OpDescribeTokens  Operation = 14
+	OpTwoPhaseCommit  Operation = 15 // KIP-939, on TransactionalId
 )
 
-func (o Operation) concrete() bool { return o >= OpAll && o <= OpDescribeTokens }
+func (o Operation) concrete() bool { return o >= OpAll && o <= OpTwoPhaseCommit }
 
 // Permission is Kafka's AclPermissionType code.
 type Permission int8
@@ -193,7 +194,7 @@ func (f Filter) Validate() error {
 		return invalid("invalid resource type filter %d", f.ResourceType)
 	case f.PatternType <= PatternUnknown || f.PatternType > PatternPrefixed:
 		return invalid("invalid pattern type filter %d", f.PatternType)
-	case f.Operation <= OpUnknown || f.Operation > OpDescribeTokens:
+	case f.Operation <= OpUnknown || f.Operation > OpTwoPhaseCommit:
 		return invalid("invalid operation filter %d", f.Operation)
 	case f.Permission <= PermUnknown || f.Permission > PermAllow:
 		return invalid("invalid permission filter %d", f.Permission)
