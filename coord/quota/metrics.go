@@ -59,15 +59,15 @@ func writeSensors(w io.Writer) {
 	}
 	var rows []row
 	for _, m := range ms {
-		m.sensorsMu.Lock()
-		for k, s := range m.sensors {
+		m.sensors.Range(func(key, v any) bool {
+			k, s := key.(sensorKey), v.(*sensor)
 			s.mu.Lock()
 			rate, bound := s.lastRate, s.lastBound
 			s.mu.Unlock()
 			labels := fmt.Sprintf(`{kind=%q,user=%s,client_id=%s}`, kindName[k.kind], strconv.Quote(k.user), strconv.Quote(k.client))
 			rows = append(rows, row{labels, rate, bound, float64(s.throttledMs.Load())})
-		}
-		m.sensorsMu.Unlock()
+			return true
+		})
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].labels < rows[j].labels })
 	for _, r := range rows {

@@ -133,16 +133,20 @@ type Config struct {
 // Manager resolves and enforces the quotas. Checks read an immutable snapshot; with no quota
 // configured a check is one atomic load.
 //
-// Lock order: mu (Alter, held across Save) → sensorsMu.
+// Locks: mu (Alter, held across Save), sensorsMu (sensor inserts and expiry) and each sensor's
+// mu (its samples). None is taken while another is held, so there is no order to keep.
 type Manager struct {
 	cfg   Config
 	store Store
 
 	mu   sync.Mutex
-	snap atomic.Pointer[map[Entity]Values]
+	snap atomic.Pointer[snapshot]
 
+	// sensors maps sensorKey → *sensor; lookups take no lock, inserts and expiry hold
+	// sensorsMu so the count stays exact.
 	sensorsMu sync.Mutex
-	sensors   map[sensorKey]*sensor
+	sensors   sync.Map
+	nSensors  int
 
 	now func() time.Time
 }
@@ -155,7 +159,7 @@ func New(cfg Config, store Store) (*Manager, error) {
 	if cfg.Window <= 0 {
 		cfg.Window = time.Second
 	}
-	m := &Manager{cfg: cfg, store: store, sensors: map[sensorKey]*sensor{}, now: time.Now}
+	m := &Manager{cfg: cfg, store: store, now: time.Now}
 	es, err := store.Load()
 	if err != nil {
 		return nil, fmt.Errorf("cannot load client quotas: %w", err)
@@ -169,7 +173,7 @@ func New(cfg Config, store Store) (*Manager, error) {
 		}
 		snap[e.Entity] = e.Values
 	}
-	m.snap.Store(&snap)
+	m.snap.Store(newSnapshot(snap))
 	return m, nil
 }
 
@@ -201,7 +205,7 @@ func (m *Manager) Alter(e Entity, ops []Op, validateOnly bool) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur := *m.snap.Load()
+	cur := m.snap.Load().vals
 	next := make(map[Entity]Values, len(cur)+1)
 	for k, v := range cur {
 		next[k] = v
@@ -225,7 +229,7 @@ func (m *Manager) Alter(e Entity, ops []Op, validateOnly bool) error {
 	if err := m.store.Save(entries(next)); err != nil {
 		return fmt.Errorf("cannot save client quotas (%s): %w", e, err)
 	}
-	m.snap.Store(&next)
+	m.snap.Store(newSnapshot(next))
 	return nil
 }
 
@@ -239,11 +243,60 @@ func entries(m map[Entity]Values) []Entry {
 }
 
 // Entries lists every entity with quotas, sorted.
-func (m *Manager) Entries() []Entry { return entries(*m.snap.Load()) }
+func (m *Manager) Entries() []Entry { return entries(m.snap.Load().vals) }
+
+// snapshot is the immutable quota set checks read, with, per kind, a bit for each of the eight
+// levels that some entity sets: resolve looks up only levels that can match.
+type snapshot struct {
+	vals   map[Entity]Values
+	levels [numKinds]uint8
+}
+
+func newSnapshot(vals map[Entity]Values) *snapshot {
+	s := &snapshot{vals: vals}
+	for e, v := range vals {
+		l := level(e)
+		for k := Kind(0); k < numKinds; k++ {
+			if _, ok := v[kindKey[k]]; ok {
+				s.levels[k] |= 1 << l
+			}
+		}
+	}
+	return s
+}
+
+// level is the entity's position in the resolution order (package comment), 0..7.
+func level(e Entity) int {
+	switch {
+	case e.User.Present && !e.User.Default:
+		if !e.Client.Present {
+			return 2
+		}
+		if e.Client.Default {
+			return 1
+		}
+		return 0
+	case e.User.Present:
+		if !e.Client.Present {
+			return 5
+		}
+		if e.Client.Default {
+			return 4
+		}
+		return 3
+	case e.Client.Default:
+		return 7
+	}
+	return 6
+}
 
 // resolve finds the bound for kind for (user, client) and the sensor it is measured by.
-func (m *Manager) resolve(snap map[Entity]Values, k Kind, user, client string) (float64, sensorKey, bool) {
+func (m *Manager) resolve(snap *snapshot, k Kind, user, client string) (float64, sensorKey, bool) {
 	key := kindKey[k]
+	bits := snap.levels[k]
+	if bits == 0 {
+		return 0, sensorKey{}, false
+	}
 	u, ud := Name{Present: true, Name: user}, Name{Present: true, Default: true}
 	c, cd := Name{Present: true, Name: client}, Name{Present: true, Default: true}
 	levels := [...]Entity{
@@ -251,8 +304,11 @@ func (m *Manager) resolve(snap map[Entity]Values, k Kind, user, client string) (
 		{User: ud, Client: c}, {User: ud, Client: cd}, {User: ud},
 		{Client: c}, {Client: cd},
 	}
-	for _, e := range levels {
-		v, ok := snap[e][key]
+	for i, e := range levels {
+		if bits&(1<<i) == 0 {
+			continue
+		}
+		v, ok := snap.vals[e][key]
 		if !ok {
 			continue
 		}
@@ -271,16 +327,17 @@ func (m *Manager) resolve(snap map[Entity]Values, k Kind, user, client string) (
 // Record adds v to the kind's usage of (user, client) and returns how long the client is to be
 // throttled (0 when under its quota or without one).
 func (m *Manager) Record(k Kind, user, client string, v float64) time.Duration {
-	snap := *m.snap.Load()
-	if len(snap) == 0 {
+	snap := m.snap.Load()
+	if len(snap.vals) == 0 {
 		return 0
 	}
 	bound, sk, ok := m.resolve(snap, k, user, client)
 	if !ok {
 		return 0
 	}
-	s := m.sensor(sk)
-	d := s.record(v, bound, m.now(), m.cfg)
+	now := m.now()
+	s := m.sensor(sk, now)
+	d := s.record(v, bound, now, m.cfg)
 	if d > 0 {
 		mThrottled[k].Inc()
 		s.throttledMs.Add(d.Milliseconds())
@@ -289,7 +346,7 @@ func (m *Manager) Record(k Kind, user, client string, v float64) time.Duration {
 }
 
 // Active reports whether any quota is configured (callers skip measuring otherwise).
-func (m *Manager) Active() bool { return len(*m.snap.Load()) > 0 }
+func (m *Manager) Active() bool { return len(m.snap.Load().vals) > 0 }
 
 type sensorKey struct {
 	kind               Kind
@@ -304,32 +361,40 @@ const maxSensors = 10000
 // sensorIdle is how long an unused sensor is kept (Apache expires quota sensors after an hour).
 const sensorIdle = time.Hour
 
-func (m *Manager) sensor(k sensorKey) *sensor {
+func (m *Manager) sensor(k sensorKey, now time.Time) *sensor {
+	if v, ok := m.sensors.Load(k); ok {
+		s := v.(*sensor)
+		s.lastUsed.Store(now.UnixNano())
+		return s
+	}
 	m.sensorsMu.Lock()
 	defer m.sensorsMu.Unlock()
-	s := m.sensors[k]
-	if s == nil {
-		if len(m.sensors) >= maxSensors {
-			m.expireLocked()
-		}
-		s = &sensor{samples: make([]sample, m.cfg.Samples)}
-		if len(m.sensors) < maxSensors {
-			m.sensors[k] = s
-		} else {
-			mSensorsFull.Inc() // measured, but not kept: it throttles this call only
-		}
+	if v, ok := m.sensors.Load(k); ok {
+		return v.(*sensor)
 	}
-	s.lastUsed.Store(m.now().UnixNano())
+	if m.nSensors >= maxSensors {
+		m.expireLocked(now)
+	}
+	s := &sensor{samples: make([]sample, m.cfg.Samples)}
+	s.lastUsed.Store(now.UnixNano())
+	if m.nSensors < maxSensors {
+		m.sensors.Store(k, s)
+		m.nSensors++
+	} else {
+		mSensorsFull.Inc() // measured, but not kept: it throttles this call only
+	}
 	return s
 }
 
-func (m *Manager) expireLocked() {
-	cut := m.now().Add(-sensorIdle).UnixNano()
-	for k, s := range m.sensors {
-		if s.lastUsed.Load() < cut {
-			delete(m.sensors, k)
+func (m *Manager) expireLocked(now time.Time) {
+	cut := now.Add(-sensorIdle).UnixNano()
+	m.sensors.Range(func(k, v any) bool {
+		if v.(*sensor).lastUsed.Load() < cut {
+			m.sensors.Delete(k)
+			m.nSensors--
 		}
-	}
+		return true
+	})
 }
 
 type sample struct {

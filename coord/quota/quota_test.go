@@ -34,7 +34,7 @@ func TestResolvePrecedence(t *testing.T) {
 	set(t, m, Entity{User: user("alice")}, ProducerByteRate, 3)
 	set(t, m, Entity{User: user("alice"), Client: user("c")}, ProducerByteRate, 1)
 	set(t, m, Entity{User: user("bob")}, ConsumerByteRate, 100)
-	snap := *m.snap.Load()
+	snap := m.snap.Load()
 	f := func(k Kind, u, c string, want float64, wantKey sensorKey) {
 		t.Helper()
 		got, sk, ok := m.resolve(snap, k, u, c)
@@ -52,7 +52,7 @@ func TestResolvePrecedence(t *testing.T) {
 	if err := m.Alter(Entity{User: def()}, []Op{{Key: ProducerByteRate, Remove: true}}, false); err != nil {
 		t.Fatal(err)
 	}
-	snap = *m.snap.Load()
+	snap = m.snap.Load()
 	f(Produce, "bob", "c", 7, sensorKey{kind: Produce, client: "c", hasClient: true})
 	f(Produce, "bob", "z", 8, sensorKey{kind: Produce, client: "z", hasClient: true})
 }
