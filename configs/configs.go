@@ -48,6 +48,7 @@ type Config struct {
 	RetentionCheckInterval time.Duration
 	LogPreallocate         bool
 	LogWALEnable           bool
+	ProducerIDExpiration   time.Duration
 
 	FetchMaxBytes         int32
 	FetchSessionCacheSize int
@@ -104,6 +105,7 @@ func Default() Config {
 		LogTimestampAfterMax:   3600000, // Kafka 4.0 default (KIP-937)
 		RetentionCheckInterval: 5 * time.Minute,
 		LogWALEnable:           true,
+		ProducerIDExpiration:   24 * time.Hour, // Apache's producer.id.expiration.ms default
 
 		FetchMaxBytes:         55 << 20,
 		FetchSessionCacheSize: 1000,
@@ -170,6 +172,7 @@ func (c *Config) entries() []entry {
 		{"log.retention.check.interval.ms", kMillis, &c.RetentionCheckInterval, "how often retention runs"},
 		{"log.preallocate", kBool, &c.LogPreallocate, "keep a zeroed region ahead of active segments so flushes are cheaper fdatasyncs (writes the zeros too)"},
 		{"log.wal.enable", kBool, &c.LogWALEnable, "make flush.messages=1 acks durable with one shared, group-committed write-ahead log (data.dir/wal) instead of one fsync per partition"},
+		{"producer.id.expiration.ms", kMillis, &c.ProducerIDExpiration, "idempotent producer state idle this long is removed from a partition (not while a transaction is open); checked with retention"},
 		{"fetch.max.bytes", kInt32, &c.FetchMaxBytes, "upper bound on one Fetch response"},
 		{"max.incremental.fetch.session.cache.slots", kInt, &c.FetchSessionCacheSize, "KIP-227 fetch sessions kept"},
 		{"group.initial.rebalance.delay.ms", kMillis, &c.GroupInitialRebalanceDelay, "delay of the first rebalance of an empty group"},

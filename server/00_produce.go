@@ -175,16 +175,11 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 		}
 	}
 
-	if hints != nil {
-		for _, b := range hints.nodes {
-			nb := kmsg.NewProduceResponseBroker()
-			nb.NodeID, nb.Host, nb.Port = b.id, b.host, b.port
-			if b.rack != "" {
-				nb.Rack = kmsg.StringPtr(b.rack)
-			}
-			resp.Brokers = append(resp.Brokers, nb)
-		}
-	}
+	hints.each(func(id int32, host string, port int32, rack *string) {
+		nb := kmsg.NewProduceResponseBroker()
+		nb.NodeID, nb.Host, nb.Port, nb.Rack = id, host, port, rack
+		resp.Brokers = append(resp.Brokers, nb)
+	})
 
 	// Ordering across pipelined requests of one connection. The executor runs a connection's
 	// requests one at a time, so without verification appends happen in request order. A request

@@ -455,16 +455,11 @@ func (op *fetchOp) answer() {
 			}
 			cur.Partitions = append(cur.Partitions, rp)
 		}
-		if hints != nil {
-			for _, b := range hints.nodes {
-				nb := kmsg.NewFetchResponseBroker()
-				nb.NodeID, nb.Host, nb.Port = b.id, b.host, b.port
-				if b.rack != "" {
-					nb.Rack = kmsg.StringPtr(b.rack)
-				}
-				resp.Brokers = append(resp.Brokers, nb)
-			}
-		}
+		hints.each(func(id int32, host string, port int32, rack *string) {
+			nb := kmsg.NewFetchResponseBroker()
+			nb.NodeID, nb.Host, nb.Port, nb.Rack = id, host, port, rack
+			resp.Brokers = append(resp.Brokers, nb)
+		})
 	}
 	op.rc.reply(resp) // encodes synchronously; the records are copied out of op.buf
 	fetchBufPool.Put(op.buf)

@@ -15,16 +15,20 @@ package server
 //     UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, then the CurrentLeaderEpoch check
 //     against the topology's leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, -1 skips
 //     it): the shared check of topology.go.
-//   - The log keeps no epoch cache. On a shared volume a leader change never truncates the log
-//     (every leader appends to the same files), so for every epoch up to the current one E the
-//     answer "it ends at the log end offset" is one no consumer can mistake for truncation: its
-//     position never lies past the log end. endOffsetFor(requested):
+//   - The answer comes from the partition's leader-epoch cache (storage leader-epoch-checkpoint:
+//     the start offset of every epoch the partition was led at), as Apache's endOffsetFor:
 //     requested == -1 (UNDEFINED)          → epoch -1, offset -1
-//     0 <= requested <= E                  → epoch = requested, log end offset (for E itself this
-//     is exactly Apache's answer: the leader's LEO)
+//     requested >= the log's latest epoch,
+//       up to the topology's epoch E       → epoch = requested, log end offset (Apache's answer
+//                                            for the current epoch: the leader's LEO)
 //     requested > E (beyond the latest)    → epoch -1, offset -1 (no higher entry exists)
-//     requested < -1 (below the first)     → epoch = requested, log start offset (Apache's "floor
-//     entry missing" branch; no real client sends this)
+//     an older epoch                       → the largest cached epoch <= requested and the start
+//                                            offset of the epoch after it
+//     requested below every cached epoch   → epoch = requested, start of the first epoch
+//                                            (Apache's "floor entry missing" branch)
+//     The topology may announce an epoch before the partition has appended at it (the log's
+//     latest epoch lags E): every epoch in between ends at the log end, which no consumer can
+//     mistake for a truncation.
 //   - __consumer_offsets / __transaction_state (internal, no storage log) answer as an empty
 //     log: log start = end = 0.
 //
@@ -67,17 +71,15 @@ func handleOffsetForLeaderEpoch(rc *reqCtx) (kmsg.Response, error) {
 				op.ErrorCode = code
 				continue
 			}
-			var logStart, logEnd int64 // an internal topic's partition is an empty log
-			if lp.p != nil {
-				logStart, logEnd = lp.p.LogStartOffset(), lp.p.LogEndOffset()
-			}
 			switch {
-			case rp.LeaderEpoch >= 0 && rp.LeaderEpoch <= lp.epoch:
-				op.LeaderEpoch, op.EndOffset = rp.LeaderEpoch, logEnd
-			case rp.LeaderEpoch < -1:
-				op.LeaderEpoch, op.EndOffset = rp.LeaderEpoch, logStart
-			default: // -1 (undefined) or an epoch beyond ours
+			case rp.LeaderEpoch == -1 || rp.LeaderEpoch > lp.epoch:
 				op.LeaderEpoch, op.EndOffset = -1, -1
+			case lp.p == nil: // an internal topic's partition is an empty log
+				op.LeaderEpoch, op.EndOffset = rp.LeaderEpoch, 0
+			case rp.LeaderEpoch >= lp.p.LeaderEpoch():
+				op.LeaderEpoch, op.EndOffset = rp.LeaderEpoch, lp.p.LogEndOffset()
+			default:
+				op.LeaderEpoch, op.EndOffset = lp.p.EndOffsetForEpoch(rp.LeaderEpoch)
 			}
 		}
 	}

@@ -27,10 +27,11 @@ import (
 // closed in reverse. cmd/kaas, the integration tests and the benchmarks all start brokers through
 // StartBroker, so there is exactly one wiring.
 //
-//	start: cluster id → PID allocator → partition store → committed-offset store → group
-//	       coordinator → marker writer → transaction coordinator (it re-drives the prepared
-//	       transactions a previous incarnation left: fence, markers, complete) → Kafka listener
+//	start: data dir lock → cluster id → PID allocator → partition store → committed-offset
+//	       store → group coordinator → marker writer → transaction coordinator (it re-drives the
+//	       prepared transactions a previous incarnation left: fence, markers, complete) → listener
 //	close: listener → transaction coordinator → group coordinator → offset store → partitions
+//	       → data dir lock
 type Broker struct {
 	Server  *Server
 	Store   *storage.Store
@@ -40,7 +41,8 @@ type Broker struct {
 	Markers *MarkerWriter
 	Quotas  *quota.Manager
 
-	log *zap.Logger
+	log  *zap.Logger
+	lock *storage.DirLock // data.dir/.lock, held from before the first read until close ends
 }
 
 // BrokerOptions are the seams a deployment (or a test) may replace.
@@ -70,6 +72,11 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)
 	}
+	// Before anything reads or writes the directory: a second broker on it would replay and
+	// delete the live one's journal and WAL and reissue its producer ids.
+	if b.lock, err = storage.LockDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	clusterDir := filepath.Join(cfg.DataDir, "__cluster")
 	clusterID, err := loadOrCreateClusterID(clusterDir)
 	if err != nil {
@@ -90,6 +97,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		RetentionCheckInterval: cfg.RetentionCheckInterval,
 		Preallocate:            cfg.LogPreallocate,
 		WAL:                    cfg.LogWALEnable,
+		ProducerIDExpiration:   cfg.ProducerIDExpiration,
 		Logger:                 log.Named("storage"),
 	}); err != nil {
 		return nil, fmt.Errorf("cannot open storage: %w", err)
@@ -197,6 +205,9 @@ func (b *Broker) close() error {
 		if err := b.Store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("storage: %w", err))
 		}
+	}
+	if err := b.lock.Close(); err != nil { // last: nothing writes the directory any more
+		errs = append(errs, fmt.Errorf("data dir lock: %w", err))
 	}
 	return errors.Join(errs...)
 }

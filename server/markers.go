@@ -5,8 +5,8 @@ package server
 // are in coord/txn/saga.go; this file only fences producers and appends COMMIT/ABORT control
 // batches (KIP-98 markers) to local partitions, and watches for hanging transactions.
 //
-//	WriteMarkers(batch) ──► per partition: markerQueue (one drainer goroutine per busy
-//	                        partition) ──► AppendMarker × n back to back ──► one Sync ──►
+//	WriteMarkers(batch) ──► markerQueue (one on-demand drainer for every local partition)
+//	                        ──► per partition: AppendMarker × n back to back ──► one Sync ──►
 //	                        every marker of the batch answered ──► done(results)
 //
 // Markers for several transactions finishing together on one partition (from one call or from
@@ -29,6 +29,7 @@ import (
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
+	"github.com/kaas-go/kaas/storage/mailbox"
 )
 
 var (
@@ -216,49 +217,44 @@ type markerItem struct {
 	done             func(code int16) // NONE once durable; called once
 }
 
-type markerQueue struct {
-	p       *storage.Partition
-	mu      sync.Mutex
-	items   []markerItem
-	running bool
+// markerJob is one marker for one partition, queued on markerQueue.
+type markerJob struct {
+	p  *storage.Partition
+	it markerItem
 }
 
-var markerQueues sync.Map // *storage.Partition → *markerQueue
+// markerQueue carries every local marker (the coordinator's sagas and clients' WriteTxnMarkers)
+// to one drainer, which exists only while markers are queued. It takes everything queued at once,
+// appends each partition's markers back to back and covers them with one Sync per partition: the
+// markers of transactions finishing together share one append run and one fsync per partition,
+// Apache's per-leader WriteTxnMarkers batching seen from the leader's side. Appends are page-cache
+// writes (the fsyncs run asynchronously in storage), so one drainer for all partitions keeps up.
+// Push, not TryPush: a marker is a continuation of work already admitted (a prepared transaction
+// or a WriteTxnMarkers request that passed the connection's in-flight bound) and must not be
+// dropped; the queue is bounded by those.
+var markerQueue = mailbox.New(mailbox.Config[markerJob]{Name: "txn_markers", Batch: true}, writeMarkerBatch)
 
-// enqueueMarker queues a marker for p; a drainer goroutine (one per busy partition) appends every
-// queued marker back to back and covers them with one Sync.
+// enqueueMarker queues a marker for p; done runs once it is durable (or failed).
 func enqueueMarker(p *storage.Partition, it markerItem) {
-	v, _ := markerQueues.LoadOrStore(p, &markerQueue{p: p})
-	q := v.(*markerQueue)
-	q.mu.Lock()
-	q.items = append(q.items, it)
-	start := !q.running
-	q.running = true
-	q.mu.Unlock()
-	if start {
-		go q.drain()
-	}
+	markerQueue.Push(markerJob{p: p, it: it})
 }
 
-func (q *markerQueue) drain() {
-	for {
-		q.mu.Lock()
-		batch := q.items
-		q.items = nil
-		if len(batch) == 0 {
-			q.running = false
-			// An add that loaded q before this delete still runs its own drainer on q: correct,
-			// just unbatched.
-			markerQueues.CompareAndDelete(q.p, q)
-			q.mu.Unlock()
-			return
+func writeMarkerBatch(batch []markerJob) {
+	// Group by partition in first-seen order, keeping each partition's markers in queue order.
+	var order []*storage.Partition
+	per := make(map[*storage.Partition][]markerItem, 4)
+	for _, j := range batch {
+		if _, ok := per[j.p]; !ok {
+			order = append(order, j.p)
 		}
-		q.mu.Unlock()
-		now := time.Now().UnixMilli()
+		per[j.p] = append(per[j.p], j.it)
+	}
+	now := time.Now().UnixMilli()
+	for _, p := range order {
 		end := int64(-1)
 		var written []markerItem
-		for _, it := range batch {
-			res := q.p.AppendMarker(it.pid, it.epoch, it.commit, it.coordinatorEpoch, now)
+		for _, it := range per[p] {
+			res := p.AppendMarker(it.pid, it.epoch, it.commit, it.coordinatorEpoch, now)
 			if res.Code != codec.CodeNone {
 				it.done(res.Code)
 				continue
@@ -270,7 +266,7 @@ func (q *markerQueue) drain() {
 		if len(written) == 0 {
 			continue
 		}
-		q.p.Sync(end, func(err error) {
+		p.Sync(end, func(err error) {
 			code := codec.CodeNone
 			if err != nil {
 				code = codec.CodeKafkaStorageError

@@ -12,7 +12,7 @@ package server
 //	   │ (localPartition → leadPartition, per partition, from here on)
 //	partition exists? ──no──▶ UNKNOWN_TOPIC_OR_PARTITION (3)
 //	internal topic and op is Write? ──yes──▶ INVALID_TOPIC_EXCEPTION (17)
-//	do I lead it now? ──no──▶ NOT_LEADER_OR_FOLLOWER (6)
+//	do I lead it now, and is it loaded here? ──no──▶ NOT_LEADER_OR_FOLLOWER (6)
 //	current_leader_epoch (KIP-320) ──older──▶ FENCED_LEADER_EPOCH (74)
 //	   │                           ──newer──▶ UNKNOWN_LEADER_EPOCH (75)
 //	   ▼
@@ -24,6 +24,8 @@ package server
 // CLUSTER_ACTION itself (opCallerAuthorized).
 
 import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"crypto/sha256"
 
 	"github.com/kaas-go/kaas/codec"
@@ -112,7 +114,9 @@ func leadPartition(topo topology.Topology, tr *topicRef, part int32, currentEpoc
 		}
 		o = topo.Partition(tr.name, part)
 	}
-	if !o.Local {
+	if !o.Local || (p != nil && !p.Loaded()) {
+		// Not ours, or ours but not open here (being loaded or released at runtime): Apache's
+		// replica manager answers NOT_LEADER_OR_FOLLOWER until the partition is online.
 		return leaderPart{}, codec.CodeNotLeaderForPartition
 	}
 	if code := checkLeaderEpoch(currentEpoch, o.Epoch); code != codec.CodeNone {
@@ -300,4 +304,19 @@ func (h *leaderHints) hint(topic string, part int32) (leader, epoch int32) {
 		h.nodes = append(h.nodes, b)
 	}
 	return o.Broker, o.Epoch
+}
+
+// each calls fn with every endpoint the response must carry (nil-safe: no hints, no calls); the
+// callers build their own kmsg broker type from it.
+func (h *leaderHints) each(fn func(id int32, host string, port int32, rack *string)) {
+	if h == nil {
+		return
+	}
+	for _, b := range h.nodes {
+		var rack *string
+		if b.rack != "" {
+			rack = kmsg.StringPtr(b.rack)
+		}
+		fn(b.id, b.host, b.port, rack)
+	}
 }

@@ -37,12 +37,21 @@ type Config struct {
 	WAL bool
 	// FS opens segment and WAL files; nil = the OS. Tests inject faults through it.
 	FS FS
+	// ProducerIDExpiration (producer.id.expiration.ms, a broker config in Apache too): a
+	// partition removes idempotent producer state idle this long, except for a producer with an
+	// open transaction there (Apache's ProducerStateManager.removeExpiredProducers). It runs with
+	// retention (RunRetention), so state of producers whose data retention already deleted goes
+	// too, and memory and snapshots stay bounded. 0 = DefaultProducerIDExpiration.
+	ProducerIDExpiration time.Duration
 
 	// Tests only: WAL generation size (0 = walGenBytesDefault) and checkpoint period (0 =
 	// walCheckpointEvery).
 	walGenBytes        int64
 	walCheckpointEvery time.Duration
 }
+
+// DefaultProducerIDExpiration is Apache's producer.id.expiration.ms default (one day).
+const DefaultProducerIDExpiration = 24 * time.Hour
 
 // DefaultRetentionCheckInterval is Kafka's log.retention.check.interval.ms default.
 const DefaultRetentionCheckInterval = 5 * time.Minute

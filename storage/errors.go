@@ -15,6 +15,8 @@ var (
 	ErrInvalidTopic      = errors.New("invalid topic name")
 	ErrInvalidPartitions = errors.New("invalid partition count")
 	ErrClosed            = errors.New("partition or store is closed")
+	// ErrNotLoaded: the partition was released from this broker (NOT_LEADER_OR_FOLLOWER, 6).
+	ErrNotLoaded = errors.New("partition is not loaded on this broker")
 )
 
 // ConfigError reports an unknown topic config key or an invalid value (INVALID_CONFIG, 40).
@@ -43,6 +45,8 @@ func ErrorCode(err error) int16 {
 		return codec.CodeUnknownTopicOrPartition
 	case errors.Is(err, ErrInvalidTopic):
 		return codec.CodeInvalidTopicException
+	case errors.Is(err, ErrNotLoaded):
+		return codec.CodeNotLeaderForPartition
 	case errors.Is(err, ErrInvalidPartitions):
 		return codec.CodeInvalidPartitions
 	case errors.As(err, &ce):

@@ -202,3 +202,116 @@ func TestRelaxedFlushAcksInlineAndFlushesInBackground(t *testing.T) {
 		t.Fatal("idle partition keeps fsyncing")
 	}
 }
+
+// A transaction marker is durable before its Sync says so, whatever flush.messages says: the
+// coordinator completes the transaction on that answer.
+func TestMarkerDurableBeforeSyncOnRelaxedFlushTopic(t *testing.T) {
+	ffs := &faultFS{match: "/topics/"}
+	s := openStore(t, "", func(c *Config) { c.FS = ffs })
+	defer s.Close()
+	p := newPartition(t, s, map[string]string{"flush.messages": "1000", "flush.ms": "3600000"})
+	const pid = 7
+	g, _ := p.VerificationGuard(pid, 0)
+	if r := p.AppendTxn(makeBatch(t, tb{pid: pid, txn: true}), 0, g); r.Code != 0 {
+		t.Fatalf("txn append: code %d", r.Code)
+	}
+	// Data acknowledges from the page cache, as the topic asks.
+	called := false
+	p.Sync(1, func(err error) { called = err == nil })
+	if !called {
+		t.Fatal("relaxed data Sync did not return inline")
+	}
+	eventually(t, "background flush of the data", func() bool { return p.HighWatermark() == 1 })
+
+	gate := make(chan struct{})
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate); ffs.set(func(f *faultFS) { f.gate = nil }) }) }
+	defer release() // before s.Close, which fsyncs, if the test fails early
+	ffs.set(func(f *faultFS) { f.gate = gate })
+	before := ffs.syncs.Load()
+	m := p.AppendMarker(pid, 0, true, 0, 0)
+	if m.Code != 0 {
+		t.Fatalf("marker: code %d", m.Code)
+	}
+	done := make(chan error, 1)
+	p.Sync(m.LastOffset+1, func(err error) { done <- err })
+	eventually(t, "the flusher's fsync of the marker to start", func() bool { return ffs.syncs.Load() > before })
+	select {
+	case err := <-done:
+		t.Fatalf("marker Sync answered (%v) before its fsync finished", err)
+	default:
+	}
+	if p.HighWatermark() > m.LastOffset {
+		t.Fatal("HWM passed the marker before its fsync")
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if p.HighWatermark() <= m.LastOffset {
+		t.Fatalf("marker Sync answered with HWM %d not past the marker %d", p.HighWatermark(), m.LastOffset)
+	}
+	// Once the marker is durable, data acknowledges inline again.
+	r := p.Append(makeBatch(t, tb{}), 0)
+	called = false
+	p.Sync(r.LastOffset+1, func(err error) { called = err == nil })
+	if !called {
+		t.Fatal("relaxed Sync after a durable marker did not return inline")
+	}
+}
+
+// A segment roll does its fsyncs without the append mutex: while the roll's fsync of the old
+// segment is stuck, a fence and producer-state reads on the partition complete, and the append
+// that rolled finishes once the disk answers.
+func TestRollDoesNotFsyncUnderAppendMutex(t *testing.T) {
+	ffs := &faultFS{match: "/topics/"}
+	s := openStore(t, "", func(c *Config) { c.FS = ffs })
+	defer s.Close()
+	p := newPartition(t, s, map[string]string{"segment.bytes": "2048"})
+	seq := int32(0)
+	for p.active.size.Load()+200 < 2048 {
+		mustAppend(t, p, makeBatch(t, tb{pid: 9, seq: seq, value: 100}), 0)
+		seq++
+	}
+	segsBefore := len(*p.segs.Load())
+	gate := make(chan struct{})
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate); ffs.set(func(f *faultFS) { f.gate = nil }) }) }
+	defer release()
+	ffs.set(func(f *faultFS) { f.gate = gate })
+	before := ffs.syncs.Load()
+	rolled := make(chan AppendResult, 1)
+	go func() { rolled <- p.Append(makeBatch(t, tb{pid: 9, seq: seq, value: 400}), 0) }()
+	eventually(t, "the roll's fsync to start", func() bool { return ffs.syncs.Load() > before })
+
+	fenced := make(chan struct{})
+	go func() {
+		s.FenceProducer(9, 1)
+		_, _, _, _ = p.ProducerState(9)
+		close(fenced)
+	}()
+	select {
+	case <-fenced:
+	case <-time.After(10 * time.Second):
+		t.Fatal("fence blocked behind the roll's fsync")
+	}
+	select {
+	case r := <-rolled:
+		t.Fatalf("append finished (code %d) while the roll's fsync was blocked", r.Code)
+	default:
+	}
+	release()
+	r := <-rolled
+	// The fence came while the append was waiting for its roll: the append re-ran its checks
+	// after the roll and is refused at the old epoch.
+	if r.Code != codec.CodeInvalidProducerEpoch {
+		t.Fatalf("append at the fenced epoch after the roll: code %d, want %d", r.Code, codec.CodeInvalidProducerEpoch)
+	}
+	if n := len(*p.segs.Load()); n != segsBefore+1 {
+		t.Fatalf("%d segments after the roll, want %d", n, segsBefore+1)
+	}
+	r = mustAppend(t, p, makeBatch(t, tb{pid: 9, epoch: 1, seq: 0, value: 400}), 0)
+	if r.BaseOffset != int64(seq) || p.active.base != int64(seq) {
+		t.Fatalf("first batch of the new segment at %d (segment base %d), want %d", r.BaseOffset, p.active.base, seq)
+	}
+}

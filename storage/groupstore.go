@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 
+	"github.com/kaas-go/kaas/storage/framelog"
 	"github.com/kaas-go/kaas/storage/mailbox"
 )
 
@@ -61,20 +61,27 @@ import (
 // Why one frame per batch: the writer goroutine takes everything queued while the previous fsync
 // ran, encodes it as ONE frame, writes it with one write(2) and fsyncs once (group commit), then
 // acknowledges every waiter. A crash can therefore only tear the last frame, and nothing is ever
-// written after a frame that has not been fsync'd.
+// written after a frame that has not been fsync'd (framelog.Appender). A batch whose frame would
+// exceed what the reader accepts (gsFormat.MaxLen, 256 MiB) is split into several frames, each
+// written and fsync'd on its own, so the "only the last frame may be torn" rule still holds; a
+// single op larger than that, or naming a group id longer than Apache's 32767 bytes, is refused
+// before anything is written (ErrOffsetCommitTooLarge, ErrGroupIDTooLong → INVALID_REQUEST):
+// everything acknowledged can be read back.
 //
-// Recovery on open: frames are replayed in order. The first bad frame (wrong magic, length past
-// EOF, CRC mismatch, undecodable payload) ends the valid prefix. If no valid frame follows it
-// anywhere in the file, it is a torn tail: the file is truncated there (earlier commits kept). If a
-// valid frame follows, the damage is in the middle of acknowledged data and Open refuses with an
-// error naming the file and offset — guessing would silently lose or resurrect offsets.
+// Recovery on open (framelog.Scanner): frames are replayed in order. The first bad frame (wrong
+// magic, length past EOF or over the limit, CRC mismatch, undecodable payload) ends the valid
+// prefix. If no valid frame follows it anywhere in the file, it is a torn tail: the file is
+// truncated there (earlier commits kept). If a valid frame follows, the damage is in the middle of
+// acknowledged data and Open refuses with an error naming the file and offset — guessing would
+// silently lose or resurrect offsets.
 //
 // Compaction: when the log grows past gsCompactMin and 4× the size of a snapshot of the live set,
 // the writer rewrites the live set to offsets.log.tmp, fsyncs it, renames it over offsets.log and
 // fsyncs the directory. A crash leaves either file whole; a leftover .tmp is removed on open. The
-// same rewrite is how the store recovers after a failed write or fsync: the in-memory committed set
-// only ever contains fsync'd data, so it is the truth to rewrite from, and until a rewrite
-// succeeds every commit fails (never a success the disk did not confirm).
+// same rewrite is how the store recovers after a failed write or fsync when the appender's own
+// repair (cut the file back to the last durable frame and fsync) fails too: the in-memory
+// committed set only ever contains fsync'd data, so it is the truth to rewrite from, and until a
+// repair or a rewrite succeeds every commit fails (never a success the disk did not confirm).
 type GroupStore struct {
 	dir  string
 	path string
@@ -92,9 +99,10 @@ type GroupStore struct {
 
 	// writer-goroutine-only state
 	f           *os.File
+	app         *framelog.Appender // appends frames to f at the end of the durable log
 	size        int64
 	base        int64 // size of the log right after the last compaction / open
-	needRewrite bool  // a write or fsync failed: the file tail is unknown, rewrite before appending
+	needRewrite bool  // a failed write could not be repaired, or a rewrite's rename is not durable: rewrite before appending
 	compactMin  int64
 	buf         []byte
 }
@@ -129,6 +137,19 @@ type gsPendingOffset struct {
 // ErrGroupStoreClosed is returned for operations after Close.
 var ErrGroupStoreClosed = errors.New("group offset store is closed")
 
+// Refusals at write time (answer INVALID_REQUEST, 42): what the store cannot read back it never
+// acknowledges.
+var (
+	// ErrGroupIDTooLong: a group id longer than GroupIDMaxBytes (Apache's limit for a Kafka
+	// string, 32767 bytes).
+	ErrGroupIDTooLong = errors.New("group id longer than 32767 bytes")
+	// ErrOffsetCommitTooLarge: one operation encodes to more than a frame may hold.
+	ErrOffsetCommitTooLarge = errors.New("offset store operation larger than its frame limit")
+)
+
+// GroupIDMaxBytes is the longest group id the store accepts (a Kafka STRING is int16-length).
+const GroupIDMaxBytes = 32767
+
 // ErrGroupStoreBusy is returned, without writing anything, when gsMaxQueuedOps writes already
 // wait for the disk: the group coordinator answers the request COORDINATOR_NOT_AVAILABLE and the
 // client retries, instead of the queue growing while the disk is slow.
@@ -138,7 +159,7 @@ const (
 	gsHeader    = "KAASGOF1"
 	gsMagic     = 0x4B474F46
 	gsFrameHdr  = 12
-	gsMaxFrame  = 256 << 20
+	gsMaxFrame  = 256 << 20 // read limit of a frame payload; the writer splits and refuses to stay within it
 	gsFileName  = "offsets.log"
 	gsSubdir    = "consumer_offsets"
 	gsOpCommit  = 1
@@ -155,7 +176,14 @@ const (
 	gsMaxQueuedOps = 1 << 16
 )
 
-var gsCastagnoli = crc32.MakeTable(crc32.Castagnoli)
+// gsFormat is the offsets.log frame: magic "KGOF" | len u32 | crc32c(payload) u32 | payload.
+// MaxLen is the limit the reader and the writer share; tests lower it.
+var gsFormat = framelog.Format{Magic: gsMagic, HeaderLen: gsFrameHdr, LenAt: 4, CRCAt: 8, MaxLen: gsMaxFrame}
+
+// gsFile is the offset log's file as the appender sees it.
+type gsFile struct{ *os.File }
+
+func (f gsFile) Datasync() error { return Fdatasync(f.File) }
 
 var (
 	gsCommitsTotal     = metrics.NewCounter("kaas_group_offsets_commits_total")
@@ -164,6 +192,8 @@ var (
 	gsCompactionsTotal = metrics.NewCounter("kaas_group_offsets_compactions_total")
 	gsTruncatedTotal   = metrics.NewCounter("kaas_group_offsets_torn_tail_truncations_total")
 	gsFsyncDuration    = metrics.NewHistogram("kaas_group_offsets_fsync_duration_seconds")
+	gsRefusedTotal     = metrics.NewCounter("kaas_group_offsets_refused_total") // over a write-time limit
+	gsSplitsTotal      = metrics.NewCounter("kaas_group_offsets_batch_splits_total")
 )
 
 // gsOp is one queued mutation: applied to memory only after its frame is fsync'd.
@@ -177,6 +207,7 @@ type gsOp struct {
 	epoch      int16
 	superseded []bool // stage only, parallel to offs; nil = none (only compaction writes them)
 	done       func(error)
+	err        error // writer: the outcome of this op's write
 }
 
 // OpenGroupStore opens (creating if needed) the offset store under dataDir/__cluster/consumer_offsets
@@ -237,24 +268,40 @@ func (s *GroupStore) load() error {
 		f.Close()
 		return fmt.Errorf("cannot open offset store (%s): not a kaas offsets log (bad header); refusing to start", s.path)
 	}
-	pos := len(gsHeader)
-	for pos < len(data) {
-		if payload, n, ok := gsReadFrame(data[pos:]); ok {
-			if ops, derr := gsDecodeOps(payload); derr == nil {
-				for _, op := range ops {
-					s.apply(op)
-				}
-				pos += n
-				continue
+	sc := framelog.Scanner{
+		Format: &gsFormat,
+		Frame: func(_ int, payload []byte) (bool, error) {
+			ops, err := gsDecodeOps(payload)
+			if err != nil {
+				return false, fmt.Errorf("%w: %v", framelog.ErrBadFrame, err)
 			}
-		}
-		// Bad frame at pos: a torn tail only if nothing valid follows.
-		if next := gsFindFrame(data, pos+1); next >= 0 {
-			f.Close()
-			return fmt.Errorf("cannot open offset store (%s): corrupt frame at byte %d followed by valid data at byte %d; refusing to start (move the file aside to discard committed offsets)", s.path, pos, next)
-		}
+			for _, op := range ops {
+				s.apply(op)
+			}
+			return true, nil
+		},
+		// One frame per write: every valid frame after a bad one was acknowledged. A CRC-valid
+		// frame that does not decode is not taken for one (it cannot be told from noise).
+		Follow: func(_ int, payload []byte) framelog.Follow {
+			if _, err := gsDecodeOps(payload); err != nil {
+				return framelog.Skip
+			}
+			return framelog.Acked
+		},
+	}
+	res, err := sc.Scan(data, len(gsHeader))
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("cannot read offset store (%s): %w", s.path, err)
+	}
+	pos := int(res.End)
+	switch {
+	case res.Damaged:
+		f.Close()
+		return fmt.Errorf("cannot open offset store (%s): corrupt frame at byte %d followed by valid data at byte %d; refusing to start (move the file aside to discard committed offsets)", s.path, res.TornAt, res.DamagedAt)
+	case res.Torn:
 		s.log.Warn("truncating torn tail of offset store", zap.String("file", s.path),
-			zap.Int("at", pos), zap.Int("discarded_bytes", len(data)-pos))
+			zap.Int("at", pos), zap.Int("discarded_bytes", len(data)-pos), zap.String("why", res.Why))
 		gsTruncatedTotal.Inc()
 		err := f.Truncate(int64(pos))
 		if err == nil {
@@ -264,14 +311,9 @@ func (s *GroupStore) load() error {
 			f.Close()
 			return fmt.Errorf("cannot truncate offset store (%s) at %d: %w", s.path, pos, err)
 		}
-		break
 	}
 	valid := int64(pos)
-	if _, err := f.Seek(valid, io.SeekStart); err != nil {
-		f.Close()
-		return fmt.Errorf("cannot seek offset store (%s): %w", s.path, err)
-	}
-	s.f, s.size = f, valid
+	s.setFile(f, valid)
 	s.base = int64(len(s.snapshot(nil)))
 	if s.size > s.compactMin && s.size > 2*s.base {
 		if err := s.rewrite(); err != nil {
@@ -280,42 +322,6 @@ func (s *GroupStore) load() error {
 		}
 	}
 	return nil
-}
-
-// gsReadFrame parses one frame at the start of b.
-func gsReadFrame(b []byte) (payload []byte, n int, ok bool) {
-	if len(b) < gsFrameHdr || binary.BigEndian.Uint32(b) != gsMagic {
-		return nil, 0, false
-	}
-	l := binary.BigEndian.Uint32(b[4:])
-	if l > gsMaxFrame || int64(l) > int64(len(b)-gsFrameHdr) {
-		return nil, 0, false
-	}
-	payload = b[gsFrameHdr : gsFrameHdr+int(l)]
-	if crc32.Checksum(payload, gsCastagnoli) != binary.BigEndian.Uint32(b[8:]) {
-		return nil, 0, false
-	}
-	return payload, gsFrameHdr + int(l), true
-}
-
-// gsFindFrame returns the position of the first valid frame at or after from, or -1.
-func gsFindFrame(data []byte, from int) int {
-	var m [4]byte
-	binary.BigEndian.PutUint32(m[:], gsMagic)
-	for from < len(data) {
-		i := bytes.Index(data[from:], m[:])
-		if i < 0 {
-			return -1
-		}
-		p := from + i
-		if payload, _, ok := gsReadFrame(data[p:]); ok {
-			if _, err := gsDecodeOps(payload); err == nil {
-				return p
-			}
-		}
-		from = p + 1
-	}
-	return -1
 }
 
 // apply folds one durable op into the in-memory committed set.
@@ -407,29 +413,24 @@ func (s *GroupStore) apply(op *gsOp) {
 
 // ---- encoding ----
 
-func gsAppendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 func gsAppendOp(b []byte, op *gsOp) []byte {
 	b = append(b, op.kind)
-	b = gsAppendStr(b, op.group)
+	b = framelog.AppendStr(b, op.group)
 	switch op.kind {
 	case gsOpCommit:
 		b = binary.AppendUvarint(b, uint64(len(op.offs)))
 		for _, o := range op.offs {
-			b = gsAppendStr(b, o.Topic)
+			b = framelog.AppendStr(b, o.Topic)
 			b = binary.AppendVarint(b, int64(o.Partition))
 			b = binary.AppendVarint(b, o.Offset)
 			b = binary.AppendVarint(b, int64(o.LeaderEpoch))
-			b = gsAppendStr(b, o.Metadata)
+			b = framelog.AppendStr(b, o.Metadata)
 			b = binary.AppendVarint(b, o.CommitTimeMs)
 		}
 	case gsOpDelOffs:
 		b = binary.AppendUvarint(b, uint64(len(op.parts)))
 		for _, p := range op.parts {
-			b = gsAppendStr(b, p.Topic)
+			b = framelog.AppendStr(b, p.Topic)
 			b = binary.AppendVarint(b, int64(p.Partition))
 		}
 	case gsOpStage:
@@ -437,11 +438,11 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 		b = binary.AppendVarint(b, int64(op.epoch))
 		b = binary.AppendUvarint(b, uint64(len(op.offs)))
 		for i, o := range op.offs {
-			b = gsAppendStr(b, o.Topic)
+			b = framelog.AppendStr(b, o.Topic)
 			b = binary.AppendVarint(b, int64(o.Partition))
 			b = binary.AppendVarint(b, o.Offset)
 			b = binary.AppendVarint(b, int64(o.LeaderEpoch))
-			b = gsAppendStr(b, o.Metadata)
+			b = framelog.AppendStr(b, o.Metadata)
 			b = binary.AppendVarint(b, o.CommitTimeMs)
 			var flags byte
 			if op.superseded != nil && op.superseded[i] {
@@ -455,122 +456,50 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 	return b
 }
 
-// gsAppendFrame appends a frame holding payload b[start+gsFrameHdr:], whose header space was
-// reserved at b[start:start+gsFrameHdr].
-func gsFinishFrame(b []byte, start int) []byte {
-	payload := b[start+gsFrameHdr:]
-	binary.BigEndian.PutUint32(b[start:], gsMagic)
-	binary.BigEndian.PutUint32(b[start+4:], uint32(len(payload)))
-	binary.BigEndian.PutUint32(b[start+8:], crc32.Checksum(payload, gsCastagnoli))
-	return b
-}
-
 var gsErrDecode = errors.New("malformed offset store record")
-
-type gsReader struct {
-	b   []byte
-	err bool
-}
-
-func (r *gsReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = true
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *gsReader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = true
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *gsReader) byte1() byte {
-	if len(r.b) == 0 {
-		r.err = true
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *gsReader) str() string {
-	l := r.uvarint()
-	if r.err || l > uint64(len(r.b)) {
-		r.err = true
-		r.b = nil
-		return ""
-	}
-	s := string(r.b[:l])
-	r.b = r.b[l:]
-	return s
-}
 
 // gsDecodeOps decodes every op of a frame payload; any malformation rejects the whole frame.
 func gsDecodeOps(p []byte) ([]*gsOp, error) {
-	r := &gsReader{b: p}
+	r := &framelog.Reader{B: p}
 	var ops []*gsOp
-	for len(r.b) > 0 && !r.err {
-		kind := r.b[0]
-		r.b = r.b[1:]
-		op := &gsOp{kind: kind, group: r.str()}
+	for len(r.B) > 0 && r.Err == nil {
+		kind := r.Byte("op")
+		op := &gsOp{kind: kind, group: r.Str("group")}
 		switch kind {
 		case gsOpCommit:
-			n := r.uvarint()
-			if n > uint64(len(r.b)) { // every entry takes at least one byte
+			n := r.Uvarint("count")
+			if n > uint64(len(r.B)) { // every entry takes at least one byte
 				return nil, gsErrDecode
 			}
 			op.offs = make([]GroupOffset, 0, n)
-			for i := uint64(0); i < n && !r.err; i++ {
-				var o GroupOffset
-				o.Topic = r.str()
-				o.Partition = int32(r.varint())
-				o.Offset = r.varint()
-				o.LeaderEpoch = int32(r.varint())
-				o.Metadata = r.str()
-				o.CommitTimeMs = r.varint()
+			for i := uint64(0); i < n && r.Err == nil; i++ {
+				o := readGroupOffset(r)
 				op.offs = append(op.offs, o)
 			}
 		case gsOpDelGrp:
 		case gsOpDelOffs:
-			n := r.uvarint()
-			if n > uint64(len(r.b)) {
+			n := r.Uvarint("count")
+			if n > uint64(len(r.B)) {
 				return nil, gsErrDecode
 			}
 			op.parts = make([]GroupPartition, 0, n)
-			for i := uint64(0); i < n && !r.err; i++ {
+			for i := uint64(0); i < n && r.Err == nil; i++ {
 				var gp GroupPartition
-				gp.Topic = r.str()
-				gp.Partition = int32(r.varint())
+				gp.Topic = r.Str("topic")
+				gp.Partition = int32(r.Varint("partition"))
 				op.parts = append(op.parts, gp)
 			}
 		case gsOpStage:
-			op.pid = r.varint()
-			op.epoch = int16(r.varint())
-			n := r.uvarint()
-			if n > uint64(len(r.b)) {
+			op.pid = r.Varint("producer id")
+			op.epoch = int16(r.Varint("producer epoch"))
+			n := r.Uvarint("count")
+			if n > uint64(len(r.B)) {
 				return nil, gsErrDecode
 			}
 			op.offs = make([]GroupOffset, 0, n)
-			for i := uint64(0); i < n && !r.err; i++ {
-				var o GroupOffset
-				o.Topic = r.str()
-				o.Partition = int32(r.varint())
-				o.Offset = r.varint()
-				o.LeaderEpoch = int32(r.varint())
-				o.Metadata = r.str()
-				o.CommitTimeMs = r.varint()
-				switch r.byte1() {
+			for i := uint64(0); i < n && r.Err == nil; i++ {
+				o := readGroupOffset(r)
+				switch r.Byte("offset flags") {
 				case 0:
 					if op.superseded != nil {
 						op.superseded = append(op.superseded, false)
@@ -586,22 +515,24 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 				op.offs = append(op.offs, o)
 			}
 		case gsOpTxnCmt, gsOpTxnAbrt:
-			op.pid = r.varint()
+			op.pid = r.Varint("producer id")
 		default:
 			return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
 		}
 		ops = append(ops, op)
 	}
-	if r.err {
-		return nil, gsErrDecode
+	if r.Err != nil {
+		return nil, fmt.Errorf("%w: %v", gsErrDecode, r.Err)
 	}
 	return ops, nil
 }
 
-// snapshot appends the live state as frames to b: per group one frame holding its commit op (if
-// it has committed offsets) followed by one stage op per producer with pending offsets, carrying
-// the producer epoch and the superseded flags, so replaying the snapshot rebuilds exactly the
-// committed and pending sets (compaction carries open transactions).
+// snapshot appends the live state as frames to b: per group its commit op (if it has committed
+// offsets) followed by one stage op per producer with pending offsets, carrying the producer
+// epoch and the superseded flags, so replaying the snapshot rebuilds exactly the committed and
+// pending sets (compaction carries open transactions). A group's frame is split where it would
+// exceed the frame limit, and so is an op (into ops over parts of its offsets: their replay in
+// order has the same effect), so a snapshot is always readable whatever the group sizes.
 func (s *GroupStore) snapshot(b []byte) []byte {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -615,15 +546,14 @@ func (s *GroupStore) snapshot(b []byte) []byte {
 		}
 	}
 	sort.Strings(names)
+	fr := gsFramer{b: b, start: -1}
 	for _, name := range names {
-		start := len(b)
-		b = append(b, make([]byte, gsFrameHdr)...)
 		if g := s.groups[name]; len(g) > 0 {
 			op := &gsOp{kind: gsOpCommit, group: name}
 			for _, o := range g {
 				op.offs = append(op.offs, o)
 			}
-			b = gsAppendOp(b, op)
+			fr.addSplit(op)
 		}
 		pg := s.pending[name]
 		pids := make([]int64, 0, len(pg))
@@ -639,11 +569,48 @@ func (s *GroupStore) snapshot(b []byte) []byte {
 				op.offs = append(op.offs, po.GroupOffset)
 				op.superseded = append(op.superseded, po.superseded)
 			}
-			b = gsAppendOp(b, op)
+			fr.addSplit(op)
 		}
-		b = gsFinishFrame(b, start)
+		fr.end()
 	}
-	return b
+	return fr.b
+}
+
+// gsFramer packs encoded ops into frames of at most gsFormat.MaxLen payload bytes.
+type gsFramer struct {
+	b       []byte
+	start   int // of the open frame; -1 if none
+	scratch []byte
+}
+
+func (fr *gsFramer) end() {
+	if fr.start >= 0 {
+		fr.b = gsFormat.End(fr.b, fr.start)
+		fr.start = -1
+	}
+}
+
+// addSplit adds op, halving its offsets until each part fits in a frame.
+func (fr *gsFramer) addSplit(op *gsOp) {
+	fr.scratch = gsAppendOp(fr.scratch[:0], op)
+	if len(fr.scratch) > gsFormat.MaxLen && len(op.offs) > 1 {
+		h := len(op.offs) / 2
+		a, b := *op, *op
+		a.offs, b.offs = op.offs[:h], op.offs[h:]
+		if op.superseded != nil {
+			a.superseded, b.superseded = op.superseded[:h], op.superseded[h:]
+		}
+		fr.addSplit(&a)
+		fr.addSplit(&b)
+		return
+	}
+	if fr.start >= 0 && len(fr.b)-fr.start-gsFrameHdr+len(fr.scratch) > gsFormat.MaxLen {
+		fr.end()
+	}
+	if fr.start < 0 {
+		fr.b, fr.start = gsFormat.Begin(fr.b)
+	}
+	fr.b = append(fr.b, fr.scratch...)
 }
 
 // ---- writer ----
@@ -663,57 +630,133 @@ func (s *GroupStore) enqueue(op *gsOp) {
 }
 
 // writeOps is the single writer (the mailbox's drainer, one batch at a time): everything queued
-// while the previous batch was written is written as one frame, fsync'd, applied and
-// acknowledged.
+// while the previous batch was written is written (as one frame unless it passes the frame
+// limit), fsync'd, applied and acknowledged; an op refused by a write-time limit fails alone.
 func (s *GroupStore) writeOps(ops []*gsOp) {
-	err := s.writeBatch(ops)
+	s.writeBatch(ops)
+	failed := false
 	for _, op := range ops {
-		if err == nil {
+		if op.err == nil {
 			s.apply(op)
 		}
 	}
-	if err != nil {
-		gsCommitErrors.Add(len(ops))
-		err = fmt.Errorf("cannot persist committed offsets (%s): %w", s.path, err)
-	}
 	for _, op := range ops {
+		err := op.err
+		if err != nil {
+			failed = true
+			gsCommitErrors.Inc()
+			if !errors.Is(err, ErrGroupIDTooLong) && !errors.Is(err, ErrOffsetCommitTooLarge) {
+				err = fmt.Errorf("cannot persist committed offsets (%s): %w", s.path, err)
+			}
+		}
 		op.done(err)
 	}
-	if err == nil && s.size > s.compactMin && s.size > 4*s.base {
+	if !failed && s.size > s.compactMin && s.size > 4*s.base {
 		if cerr := s.rewrite(); cerr != nil {
 			s.log.Warn("offset store compaction failed", zap.String("file", s.path), zap.Error(cerr))
 		}
 	}
 }
 
-func (s *GroupStore) writeBatch(ops []*gsOp) error {
-	if s.needRewrite {
-		if err := s.rewrite(); err != nil {
-			return err
+// checkOp applies the write-time limits that do not need the encoding.
+func gsCheckOp(op *gsOp) error {
+	if len(op.group) > GroupIDMaxBytes {
+		return fmt.Errorf("cannot store offsets of group (%.64q…, %d bytes): %w", op.group, len(op.group), ErrGroupIDTooLong)
+	}
+	return nil
+}
+
+// writeBatch writes the batch, normally as one frame with one write and one fsync, and sets every
+// op's err. Ops over a limit are refused alone. A batch over the frame limit becomes several
+// frames, each written and fsync'd before the next (only the last write can ever be torn); after
+// a failed write nothing more is written and every later op fails with it.
+func (s *GroupStore) writeBatch(ops []*gsOp) {
+	if err := s.ready(); err != nil {
+		for _, op := range ops {
+			op.err = err
 		}
+		return
 	}
-	b := append(s.buf[:0], make([]byte, gsFrameHdr)...)
-	for _, op := range ops {
+	b, start := gsFormat.Begin(s.buf[:0])
+	first := 0 // first op of the open frame
+	flush := func(upto int) bool {
+		if len(b) == start+gsFrameHdr {
+			return true // only refused ops: nothing to write
+		}
+		b = gsFormat.End(b, start)
+		err := s.app.Write(b)
+		n := 0
+		for _, op := range ops[first:upto] {
+			if op.err == nil {
+				op.err = err
+				n++
+			}
+		}
+		if err != nil {
+			for _, op := range ops[upto:] {
+				op.err = err
+			}
+			return false
+		}
+		gsFsyncsTotal.Inc()
+		gsCommitsTotal.Add(n)
+		s.size = s.app.Offset()
+		return true
+	}
+	for i, op := range ops {
+		if err := gsCheckOp(op); err != nil {
+			op.err = err
+			gsRefusedTotal.Inc()
+			continue
+		}
+		mark := len(b)
 		b = gsAppendOp(b, op)
+		if len(b)-start-gsFrameHdr <= gsFormat.MaxLen {
+			continue
+		}
+		if n := len(b) - mark; n > gsFormat.MaxLen {
+			b = b[:mark]
+			op.err = fmt.Errorf("cannot store offsets of group (%.64q): %d bytes, limit %d: %w", op.group, n, gsFormat.MaxLen, ErrOffsetCommitTooLarge)
+			gsRefusedTotal.Inc()
+			continue
+		}
+		// The frame is full: write it, and start the next one with this op.
+		enc := append([]byte(nil), b[mark:]...)
+		b = b[:mark]
+		gsSplitsTotal.Inc()
+		if !flush(i) {
+			return
+		}
+		b, start = gsFormat.Begin(b[:0])
+		b = append(b, enc...)
+		first = i
 	}
-	b = gsFinishFrame(b, 0)
+	flush(len(ops))
 	if cap(b) <= 1<<20 {
 		s.buf = b
 	}
-	if _, err := s.f.Write(b); err != nil {
-		s.needRewrite = true
-		return err
+}
+
+// ready makes sure the log ends cleanly before a write: a failed write is repaired by the
+// appender (cut back to the last durable frame, fsync) or, if that fails, by a rewrite from the
+// durable in-memory state.
+func (s *GroupStore) ready() error {
+	if s.app.Broken() {
+		if err := s.app.Repair(); err != nil {
+			s.needRewrite = true
+		}
 	}
-	start := time.Now()
-	if err := s.f.Sync(); err != nil {
-		s.needRewrite = true
-		return err
+	if s.needRewrite {
+		return s.rewrite()
 	}
-	gsFsyncsTotal.Inc()
-	gsFsyncDuration.UpdateDuration(start)
-	gsCommitsTotal.Add(len(ops))
-	s.size += int64(len(b))
 	return nil
+}
+
+// setFile makes f, whose valid data ends at size, the log being appended to.
+func (s *GroupStore) setFile(f *os.File, size int64) {
+	s.f, s.size = f, size
+	s.app = framelog.NewAppender(gsFile{f}, &gsFormat, size, 0)
+	s.app.Observe = func(_, sync time.Duration, _ bool) { gsFsyncDuration.Update(sync.Seconds()) }
 }
 
 // rewrite replaces the log with a snapshot of the in-memory committed set.
@@ -739,8 +782,7 @@ func (s *GroupStore) rewrite() error {
 	if s.f != nil {
 		s.f.Close()
 	}
-	s.f = f // positioned at the end of what we wrote
-	s.size = int64(len(data))
+	s.setFile(f, int64(len(data)))
 	s.base = s.size
 	if err := SyncDir(s.dir); err != nil {
 		// The rename may not be durable: rewrite again before the next append is acknowledged.
@@ -944,4 +986,16 @@ func (s *GroupStore) Close() error {
 		return fmt.Errorf("cannot close offset store (%s): %w", s.path, err)
 	}
 	return nil
+}
+
+// readGroupOffset decodes one committed or staged offset (the same fields in both ops).
+func readGroupOffset(r *framelog.Reader) GroupOffset {
+	var o GroupOffset
+	o.Topic = r.Str("topic")
+	o.Partition = int32(r.Varint("partition"))
+	o.Offset = r.Varint("offset")
+	o.LeaderEpoch = int32(r.Varint("leader epoch"))
+	o.Metadata = r.Str("metadata")
+	o.CommitTimeMs = r.Varint("commit time")
+	return o
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kaas-go/kaas/storage/framelog"
 )
 
 func gsOpen(t *testing.T, dir string) *GroupStore {
@@ -246,8 +248,9 @@ func TestGroupStoreWriteFailure(t *testing.T) {
 	if err := s.Commit("g", []GroupOffset{{Topic: "t", Offset: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	// Sabotage the writer's file: writes now fail with EBADF. (The writer is idle once Wait
-	// returns, and the next batch starts after the push below.)
+	// Sabotage the writer's file: writes now fail with EBADF, and so does the appender's repair
+	// (a truncate), so the store has to rewrite. (The writer is idle once Wait returns, and the
+	// next batch starts after the push below.)
 	ro, err := os.Open(gsPath(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +258,7 @@ func TestGroupStoreWriteFailure(t *testing.T) {
 	done := make(chan error, 1)
 	s.writer.Wait()
 	old := s.f
-	s.f = ro
+	s.f, s.app = ro, framelog.NewAppender(gsFile{ro}, &gsFormat, s.app.Offset(), 0)
 	s.CommitAsync("g", []GroupOffset{{Topic: "t", Offset: 2}}, func(err error) { done <- err })
 	if err := <-done; err == nil {
 		t.Fatal("commit acknowledged although the write failed")

@@ -29,4 +29,19 @@ var (
 	walErrorsTotal        = metrics.NewCounter("kaas_storage_wal_errors_total")
 	walZeroBytesTotal     = metrics.NewCounter("kaas_storage_wal_prezero_bytes_total")
 	walCheckpointDuration = metrics.NewHistogram("kaas_storage_wal_checkpoint_duration_seconds")
+
+	// Data directory lock (lock.go): starts refused because another process holds it.
+	lockRefusalsTotal = metrics.NewCounter("kaas_storage_dir_lock_refusals_total")
+
+	// producer.id.expiration.ms (producer.go): idle producer entries removed.
+	producersExpiredTotal = metrics.NewCounter("kaas_storage_producers_expired_total")
+
+	// Store.FenceProducer (txn.go): fences, and partitions visited by them (bounded by the
+	// partitions holding state for the producer, not by the partition count).
+	fencesTotal          = metrics.NewCounter("kaas_storage_fences_total")
+	fencePartitionsTotal = metrics.NewCounter("kaas_storage_fence_partitions_total")
+
+	// Runtime partition load / release (store.go).
+	partitionLoadsTotal    = metrics.NewCounter("kaas_storage_partition_loads_total")
+	partitionReleasesTotal = metrics.NewCounter("kaas_storage_partition_releases_total")
 )

@@ -50,12 +50,24 @@ type offsetRange struct{ from, to int64 } // [from, to)
 //
 // Concurrency:
 //   - mu (the append mutex) serialises Append, rolls, repairs and retention's list edits. It is
-//     never held across an fsync except the one a roll needs to seal the old segment.
+//     never held across an fsync on the append path: a roll does its fsyncs with mu released
+//     while appends wait for it (rollLocked). (Repairs after a failed fsync, the switch of a
+//     topic onto the WAL, clean shutdown and startup replay still fsync under it: none of them
+//     is on the path of a fence.)
 //   - segs is a copy-on-write list of segments; readers load it without mu.
 //   - segMu is held for reading by anyone using a segment's file outside mu (Read, the flusher's
 //     fsync) and for writing by retention while it closes files, so no file is closed under a
 //     reader.
 //   - hwm / leo / logStart are atomics so Read and the long-poll path never take mu.
+//
+// Lock order (a lock may be taken while holding any lock to its left, never the reverse):
+//
+//	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
+//	                          Store.pids.mu, Store.fences.mu, wal.mu
+//	fireMu → wmu
+//
+// segMu is never taken under mu (the flusher, retention and closeFiles take it after releasing
+// mu), and a roll releases mu for its I/O (rollLocked).
 //
 // Durability (group commit): Append writes to the page cache and kicks the flusher goroutine.
 // The flusher captures (leo, active segment) under mu, fsyncs without mu, then publishes the HWM
@@ -84,6 +96,10 @@ type Partition struct {
 	dirtyTail     bool // a failed write could not be truncated away yet
 	fsyncFailed   bool // see repairLocked
 	closed        bool
+	// rolling: a roll does its I/O without mu (rollLocked); appends and shutdown wait for
+	// rollDone, closed when it ends.
+	rolling  bool
+	rollDone chan struct{}
 	// segFailed (WAL on): a segment fsync failed, so acknowledged bytes of this partition may
 	// exist durably only in the WAL. The partition refuses appends until a restart replays the
 	// WAL (see wal.go, "Failures").
@@ -95,6 +111,10 @@ type Partition struct {
 	// nonWALEnd is the log end after the last append that did NOT go through the WAL (topic
 	// acknowledging from the page cache); such data needs a segment fsync to become durable.
 	nonWALEnd atomic.Int64
+	// markerEnd is the log end after the last COMMIT/ABORT marker appended. While it is above
+	// the HWM, Sync waits for the fsync even on a topic that acknowledges from the page cache
+	// (see Sync).
+	markerEnd atomic.Int64
 	// Guarded by wal.mu: dedup of this partition's entry in the pending round, and membership in
 	// the checkpoint's dirty list.
 	walRound uint64
@@ -116,6 +136,18 @@ type Partition struct {
 	lost    []offsetRange
 	wclosed bool
 
+	// Runtime load / release (Store.LoadPartition, Store.ReleasePartition). loaded is true from
+	// the end of a successful open until shutdown starts; released marks a shutdown by
+	// ReleasePartition, after which appends, reads and markers answer NOT_LEADER_OR_FOLLOWER.
+	loaded   atomic.Bool
+	released atomic.Bool
+
+	// Leader epoch (leader_epoch.go): leaderEpoch stamps every appended batch; epochs is the
+	// epoch cache, written under mu and epochMu, read under either.
+	leaderEpoch atomic.Int32
+	epochMu     sync.Mutex
+	epochs      []epochEntry
+
 	kick  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
@@ -133,6 +165,11 @@ func (p *Partition) ID() int32 { return p.id }
 
 // Topic returns the partition's topic.
 func (p *Partition) Topic() *Topic { return p.topic }
+
+// Loaded reports whether the partition is open on this broker. A partition released by
+// Store.ReleasePartition stays reachable but answers NOT_LEADER_OR_FOLLOWER (6) to appends,
+// reads and markers (ErrNotLoaded from Sync); Store.LoadPartition installs a fresh one.
+func (p *Partition) Loaded() bool { return p.loaded.Load() }
 
 // HighWatermark is the offset below which everything is fsync'd. Consumers never see data a crash
 // could take back.
@@ -176,6 +213,7 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 		p.closeFiles()
 		return nil, fmt.Errorf("cannot recover partition (%s-%d): %w", t.Name, id, err)
 	}
+	p.loaded.Store(true)
 	go p.flushLoop()
 	go p.zeroLoop()
 	return p, nil
@@ -314,6 +352,9 @@ func (p *Partition) recoverLog() error {
 	p.durableEnd = next
 	p.hwm.Store(next)
 	p.logStart.Store(segs[0].base)
+	if err := p.loadEpochs(next); err != nil {
+		return err
+	}
 	if err := p.rebuildProducersLocked(next, min(next, badTxnBase), loadedAborted); err != nil {
 		return err
 	}
@@ -433,10 +474,14 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	res := AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 	cfg := p.config()
 	p.mu.Lock()
+	p.waitRollLocked()
 	res.LogStartOffset = p.logStart.Load()
 	if p.closed {
 		p.mu.Unlock()
 		res.Code = codec.CodeUnknownTopicOrPartition
+		if p.released.Load() {
+			res.Code = codec.CodeNotLeaderForPartition
+		}
 		return res
 	}
 	if p.dirtyTail || p.fsyncFailed {
@@ -513,11 +558,17 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 				res.Code = codec.CodeKafkaStorageError
 				return res
 			}
-			seg, size = p.active, 0
+			// The roll released mu: a fence or a marker may have changed what the checks
+			// above decided, so the append starts over (into the new, empty segment).
+			p.mu.Unlock()
+			return p.append(b, nowMs, kind, guard, coordEpoch)
 		}
 	}
 	b.SetBaseOffset(base)
-	b.SetPartitionLeaderEpoch(0) // single leader, epoch 0 until leadership epochs exist
+	if kind != kindReplay {
+		// A replayed batch keeps the epoch it was acknowledged under.
+		b.SetPartitionLeaderEpoch(p.leaderEpoch.Load())
+	}
 	if cfg.TimestampType == TimestampLogAppendTime && !b.IsControl() && kind != kindReplay {
 		b.SetLogAppendTime(nowMs)
 		res.LogAppendTime = nowMs
@@ -538,9 +589,20 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	}
 	seg.track(b, size, p.interval, nowMs)
 	seg.size.Store(size + int64(len(b)))
+	pid := b.ProducerID()
+	_, known := p.producers.m[pid]
 	p.applyTxnEventLocked(p.producers.record(b), b.BaseOffset())
+	if e := p.producers.m[pid]; e != nil && nowMs > e.touchMs {
+		e.touchMs = nowMs
+	}
+	if !known && pid >= 0 {
+		p.trackPIDLocked(pid)
+	}
 	p.leoLocal = b.LastOffset() + 1
 	p.leo.Store(p.leoLocal)
+	if b.IsControl() {
+		p.markerEnd.Store(p.leoLocal)
+	}
 	if viaWAL {
 		_, maxTs, maxOff := seg.stats()
 		p.wal.enqueue(p, b, base, walEntry{p: p, end: p.leoLocal, seg: seg, pos: size + int64(len(b)), maxTs: maxTs, maxOff: maxOff})
@@ -569,6 +631,19 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 // rollLocked closes the active segment and opens a new one at the log end. The old segment is
 // fsync'd first (so a closed segment is always durable and never needs a recovery scan), its
 // indexes are written atomically, and a producer snapshot is taken at the new base.
+//
+// None of that I/O happens under mu: rollLocked marks the partition rolling, encodes what it
+// needs (snapshot, transaction index entries) and releases mu for the fsyncs, so fences,
+// verification guards, marker checks and producer-state reads never wait for a roll's disk
+// writes. Appends wait for the roll without holding mu (waitRollLocked), so nothing writes to
+// the old segment meanwhile; shutdown waits for it too. A flusher fsync that fails during the
+// roll leaves fsyncFailed set: the roll is abandoned and the repair runs afterwards.
+//
+//	append ─ mu ─► rollLocked: seal + truncate, encode, rolling=true ─ unlock ─►
+//	   fsync old, write .index/.timeindex/.txnindex, snapshot, create new segment + dir fsync
+//	─ mu ─► (failure seen? abandon) publish HWM, install new active, rolling=false ─► append retries
+//
+// Called and returns with mu held.
 func (p *Partition) rollLocked() error {
 	old := p.active
 	newBase := p.leoLocal
@@ -577,31 +652,67 @@ func (p *Partition) rollLocked() error {
 	if err := old.truncate(old.size.Load(), true); err != nil {
 		return fmt.Errorf("cannot truncate segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
 	}
-	if err := p.timedSync(old.f, false); err != nil {
-		p.segmentSyncFailedLocked(err)
-		return fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, err)
+	snap := p.snapshotLocked(newBase)
+	aborted := p.txn.abortedRange(old.base, newBase)
+	done := make(chan struct{})
+	p.rolling, p.rollDone = true, done
+	p.mu.Unlock()
+
+	syncErr := p.timedSync(old.f, false)
+	var seg *segment
+	var err error
+	if syncErr == nil {
+		if ierr := old.writeIndexes(); ierr != nil {
+			// Indexes are rebuildable: make sure no stale file is trusted on the next open.
+			p.log.Warn("cannot write segment indexes", zap.Int64("segment", old.base), zap.Error(ierr))
+			_ = os.Remove(old.path(".index"))
+			_ = os.Remove(old.path(".timeindex"))
+		}
+		if terr := old.writeTxnIndex(aborted); terr != nil {
+			// Rebuilt from the log on the next open.
+			p.log.Warn("cannot write transaction index", zap.Int64("segment", old.base), zap.Error(terr))
+		}
+		p.writeSnapshot(newBase, snap)
+		seg, err = p.createSegment(newBase)
+	}
+
+	p.mu.Lock()
+	p.rolling, p.rollDone = false, nil
+	close(done)
+	switch {
+	case syncErr != nil:
+		p.segmentSyncFailedLocked(syncErr)
+		err = fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, old.base, syncErr)
+	case err != nil:
+		err = fmt.Errorf("cannot create segment (%s-%d@%d): %w", p.topic.Name, p.id, newBase, err)
+	case p.fsyncFailed || p.segFailed:
+		err = fmt.Errorf("cannot roll segment (%s-%d@%d): an fsync failed during the roll", p.topic.Name, p.id, old.base)
+	}
+	if err != nil {
+		if seg != nil {
+			_ = seg.f.Close()
+			_ = os.Remove(seg.path(".log"))
+		}
+		kickChan(p.kick) // the flusher repairs what a failed fsync left
+		return err
 	}
 	if newBase > p.durableEnd {
 		p.publishHWMLocked(newBase)
 	}
-	if err := old.writeIndexes(); err != nil {
-		// Indexes are rebuildable: make sure no stale file is trusted on the next open.
-		p.log.Warn("cannot write segment indexes", zap.Int64("segment", old.base), zap.Error(err))
-		_ = os.Remove(old.path(".index"))
-		_ = os.Remove(old.path(".timeindex"))
-	}
-	if err := old.writeTxnIndex(p.txn.abortedRange(old.base, newBase)); err != nil {
-		// Rebuilt from the log on the next open.
-		p.log.Warn("cannot write transaction index", zap.Int64("segment", old.base), zap.Error(err))
-	}
-	p.writeSnapshotLocked(newBase)
-	seg, err := p.createSegment(newBase)
-	if err != nil {
-		return fmt.Errorf("cannot create segment (%s-%d@%d): %w", p.topic.Name, p.id, newBase, err)
-	}
 	p.installActiveLocked(seg)
 	segmentRollsTotal.Inc()
 	return nil
+}
+
+// waitRollLocked waits (not holding mu) until no roll is in progress; called and returns with
+// mu held.
+func (p *Partition) waitRollLocked() {
+	for p.rolling {
+		ch := p.rollDone
+		p.mu.Unlock()
+		<-ch
+		p.mu.Lock()
+	}
 }
 
 func (p *Partition) installActiveLocked(seg *segment) {
@@ -618,7 +729,13 @@ func (p *Partition) installActiveLocked(seg *segment) {
 // writeSnapshotLocked writes the producer snapshot at offset, carrying the aborted-index entries of
 // the active segment (which has no .txnindex yet); see the snapshot format in producer.go.
 func (p *Partition) writeSnapshotLocked(offset int64) {
-	if err := WriteFileAtomic(p.dir, segmentName(offset, ".snapshot"), p.snapshotLocked(offset)); err != nil {
+	p.writeSnapshot(offset, p.snapshotLocked(offset))
+}
+
+// writeSnapshot writes an encoded snapshot (snapshotLocked) and prunes older ones; rolls call it
+// without mu.
+func (p *Partition) writeSnapshot(offset int64, snap []byte) {
+	if err := WriteFileAtomic(p.dir, segmentName(offset, ".snapshot"), snap); err != nil {
 		p.log.Warn("cannot write producer snapshot", zap.Int64("offset", offset), zap.Error(err))
 		return
 	}
@@ -669,6 +786,9 @@ func (p *Partition) repairLocked() error {
 	seg := p.active
 	if p.segFailed {
 		return errSegFailed
+	}
+	if p.rolling {
+		return errRolling // the roll sees the failure, gives up and kicks the flusher
 	}
 	if p.dirtyTail {
 		if err := seg.truncate(seg.size.Load(), true); err != nil {
@@ -749,6 +869,9 @@ func (p *Partition) syncActiveLocked() error {
 	return nil
 }
 
+// errRolling: a repair was asked for while a roll has the segment files (see rollLocked).
+var errRolling = errors.New("a segment roll is in progress")
+
 // errSegFailed is returned for appends to a partition whose segment fsync failed with the WAL on.
 var errSegFailed = errors.New("a segment fsync failed; the partition refuses appends until restart")
 
@@ -771,9 +894,14 @@ func (p *Partition) segmentSyncFailedLocked(err error) {
 // Sync calls done once every offset < end is fsync'd (from the flusher goroutine; done must not
 // block). err != nil means the caller answers KAFKA_STORAGE_ERROR. One fsync serves every waiter
 // covered at that moment (group commit). With flush.messages > 1 the operator chose acks from the
-// page cache: done(nil) is called inline.
+// page cache: done(nil) is called inline, except while a transaction marker is not yet durable.
+// A marker's durability is not the topic's choice: the coordinator writes COMPLETE once every
+// marker's Sync said durable, and a marker lost to a power loss after that leaves the
+// transaction hanging on this partition (the LSO pinned) with nobody left to rewrite it. So
+// while a marker is above the HWM every Sync reaching past the HWM waits for the fsync (the
+// waiter makes the flusher fsync at once).
 func (p *Partition) Sync(end int64, done func(err error)) {
-	if p.config().FlushMessages > 1 {
+	if p.config().FlushMessages > 1 && !(p.markerEnd.Load() > p.hwm.Load() && end > p.hwm.Load()) {
 		done(nil)
 		return
 	}
@@ -790,7 +918,11 @@ func (p *Partition) Sync(end int64, done func(err error)) {
 	}
 	if p.wclosed {
 		p.wmu.Unlock()
-		done(ErrClosed)
+		if p.released.Load() {
+			done(ErrNotLoaded)
+		} else {
+			done(ErrClosed)
+		}
 		return
 	}
 	p.waiters = append(p.waiters, waiter{end: end, done: done})
@@ -879,6 +1011,10 @@ func (p *Partition) flushLoop() {
 // flushOnce makes everything appended so far durable and completes the covered waiters.
 func (p *Partition) flushOnce() error {
 	p.mu.Lock()
+	if (p.dirtyTail || p.fsyncFailed) && p.rolling {
+		p.mu.Unlock()
+		return nil // the roll gives up and kicks this flusher again
+	}
 	if p.dirtyTail || p.fsyncFailed {
 		if err := p.repairLocked(); err != nil {
 			p.mu.Unlock()
@@ -1007,12 +1143,15 @@ func (p *Partition) completeWaiters(err error) {
 // (clean only, and only if everything is durable) and closes the files.
 func (p *Partition) shutdown(clean bool) error {
 	p.mu.Lock()
+	p.waitRollLocked()
 	if p.closed {
 		p.mu.Unlock()
 		return nil
 	}
 	p.closed = true
+	p.loaded.Store(false)
 	active := p.active
+	p.untrackAllLocked()
 	p.mu.Unlock()
 	active.seal() // the zeroer stops after its current chunk
 	if !clean {
@@ -1059,6 +1198,32 @@ func (p *Partition) shutdown(clean bool) error {
 	return err
 }
 
+// release is ReleasePartition's part: the partition is shut down cleanly (final fsync — with
+// the WAL on this is its checkpoint: everything the WAL acknowledged is then in the segment —,
+// producer snapshot, files closed) and long-polls are woken.
+func (p *Partition) release() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("cannot release partition (%s-%d): %w", p.topic.Name, p.id, ErrNotLoaded)
+	}
+	// Set before shutdown marks it closed, so every append that finds it closed answers 6.
+	p.released.Store(true)
+	p.mu.Unlock()
+	err := p.shutdown(true)
+	// Long-polls wake and, reading, get NOT_LEADER_OR_FOLLOWER; Changed stays closed.
+	p.mu.Lock()
+	ch := make(chan struct{})
+	close(ch)
+	old := p.changed.Swap(&ch)
+	close(*old)
+	p.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("cannot release partition (%s-%d): %w", p.topic.Name, p.id, err)
+	}
+	return nil
+}
+
 func (p *Partition) closeFiles() {
 	p.segMu.Lock()
 	defer p.segMu.Unlock()
@@ -1079,6 +1244,9 @@ func (p *Partition) closeFiles() {
 // offset > HWM, and KAFKA_STORAGE_ERROR on an I/O error. Reads use pread and never take the
 // append mutex.
 func (p *Partition) Read(dst []byte, offset int64, maxBytes int32, upTo int64) ([]byte, int16) {
+	if p.released.Load() {
+		return dst, codec.CodeNotLeaderForPartition
+	}
 	hwm := p.hwm.Load()
 	if offset < p.logStart.Load() || offset > hwm {
 		return dst, codec.CodeOffsetOutOfRange
@@ -1354,6 +1522,21 @@ func (p *Partition) retain(now time.Time) {
 	p.log.Info("retention removed segments", zap.Int("segments", drop), zap.Int64("logStartOffset", keep[0].base))
 }
 
+// expireProducers applies producer.id.expiration.ms (see Config.ProducerIDExpiration). The
+// next snapshot (roll, close, release) no longer carries the removed producers.
+func (p *Partition) expireProducers(nowMs, expirationMs int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.producers == nil {
+		return
+	}
+	gone := p.producers.expire(nowMs, expirationMs)
+	for _, pid := range gone {
+		p.untrackPIDLocked(pid)
+	}
+	producersExpiredTotal.Add(len(gone))
+}
+
 // ProducerState returns pid's epoch, last sequence (-1 if none at this epoch), and last
 // timestamp.
 func (p *Partition) ProducerState(pid int64) (epoch int16, lastSeq int32, lastTimestamp int64, ok bool) {
@@ -1382,6 +1565,30 @@ func (p *Partition) Producers() []ProducerInfo {
 // Store.FenceProducer for an epoch bump: it reaches every partition.
 func (p *Partition) FenceProducer(pid int64, epoch int16) {
 	p.mu.Lock()
-	p.producers.fence(pid, epoch)
+	if !p.closed {
+		p.producers.fence(pid, epoch)
+		p.touchLocked(pid)
+		p.topic.store.pids.add(pid, p)
+	}
 	p.mu.Unlock()
+}
+
+// touchLocked stamps pid's entry with the wall clock (expiration counts idleness from it).
+func (p *Partition) touchLocked(pid int64) {
+	if e := p.producers.m[pid]; e != nil {
+		e.touchMs = max(e.touchMs, time.Now().UnixMilli())
+	}
+}
+
+// untrackAllLocked removes every pid of this partition from the store's index (close, release).
+func (p *Partition) untrackAllLocked() {
+	if p.producers == nil {
+		return
+	}
+	for pid := range p.producers.m {
+		p.topic.store.pids.remove(pid, p)
+	}
+	for pid := range p.producers.guards {
+		p.topic.store.pids.remove(pid, p)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage/framelog"
 )
 
 // Idempotent producer state (KIP-98), per partition, modelled on Apache's ProducerStateManager.
@@ -46,6 +47,11 @@ type producerEntry struct {
 	head   int
 	n      int
 	lastTs int64
+	// touchMs is the broker's wall clock when this process last appended for or fenced the
+	// producer (0 after a load: the snapshot has only lastTs). Expiration measures idleness
+	// from the later of the two, so a client clock running behind, or a fence that created the
+	// entry (lastTs -1), does not expire state at once.
+	touchMs int64
 
 	// Transaction state (KIP-98, Apache ProducerStateEntry): the coordinator epoch of the last
 	// marker (-1 before any), and the producer's ongoing transaction on this partition (nil when
@@ -252,6 +258,19 @@ func (ps *producerState) fence(pid int64, epoch int16) {
 	e.bumpEpoch(epoch)
 }
 
+// expire removes the producers idle for at least expirationMs at nowMs, except those with an
+// ongoing transaction here (Apache removeExpiredProducers), and returns their ids.
+func (ps *producerState) expire(nowMs, expirationMs int64) []int64 {
+	var gone []int64
+	for pid, e := range ps.m {
+		if e.txn == nil && nowMs-max(e.lastTs, e.touchMs) >= expirationMs {
+			delete(ps.m, pid)
+			gone = append(gone, pid)
+		}
+	}
+	return gone
+}
+
 // ProducerInfo describes one producer's state on a partition (DescribeProducers, KIP-664).
 type ProducerInfo struct {
 	ProducerID            int64
@@ -299,7 +318,7 @@ func (ps *producerState) infos() []ProducerInfo {
 // snapshot is always replayed, so a kill -9 loses nothing.
 const snapshotMagic = "KPS1"
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
+var crcTable = framelog.Castagnoli
 
 func (ps *producerState) encode(offset int64, tail []AbortedTxn) []byte {
 	pids := make([]int64, 0, len(ps.m))

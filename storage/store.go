@@ -32,6 +32,7 @@ type Store struct {
 	closed bool
 
 	fences fenceMemory // store-wide fenced epochs (FenceProducer, txn.go)
+	pids   pidIndex    // pid → partitions holding producer state or a guard for it (txn.go)
 
 	wal *wal // shared write-ahead log (Config.WAL), nil when off
 
@@ -87,6 +88,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.FS == nil {
 		cfg.FS = osFS{}
+	}
+	if cfg.ProducerIDExpiration <= 0 {
+		cfg.ProducerIDExpiration = DefaultProducerIDExpiration
 	}
 	s := &Store{
 		cfg: cfg, fs: cfg.FS, log: cfg.Logger, defaults: cfg.Defaults.withDefaults(),
@@ -550,11 +554,90 @@ func (t *Topic) Partition(p int32) *Partition {
 	return parts[p]
 }
 
-// RunRetention applies retention to every partition once.
+// ReleasePartition unloads partition part of topic at runtime (a leadership moving away): it
+// is synced, its producer snapshot written and its files closed. The *Partition stays
+// reachable through Topic.Partition with Loaded() false; appends, reads and markers on it
+// answer NOT_LEADER_OR_FOLLOWER and pending long-polls are woken. Every append acknowledged
+// before (or racing with) the release is durable in the segment afterwards (with the WAL on
+// this is the partition's checkpoint), so a LoadPartition here or elsewhere finds it.
+func (s *Store) ReleasePartition(topic string, part int32) error {
+	t := s.Topic(topic)
+	if t == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.Partition(part)
+	if p == nil {
+		return fmt.Errorf("%w: %s-%d", ErrUnknownTopic, topic, part)
+	}
+	partitionReleasesTotal.Inc()
+	return p.release()
+}
+
+// LoadPartition opens partition part of topic at runtime with leaderEpoch, recovering it as
+// Open does (torn tail, indexes, producer state from snapshot + replay). A released partition is
+// replaced by a fresh *Partition (reachable through Topic.Partition); a loaded one only moves to
+// the new epoch. An epoch above the latest known is persisted in the leader-epoch checkpoint
+// (starting at the log end) before any batch is stamped with it; one below is refused.
+//
+// Lock order: Topic.mu → Partition.mu.
+func (s *Store) LoadPartition(topic string, part, leaderEpoch int32) error {
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	t := s.Topic(topic)
+	if t == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s.Topic(topic) != t {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, topic)
+	}
+	old := t.Partition(part)
+	if old == nil {
+		return fmt.Errorf("%w: %s-%d", ErrUnknownTopic, topic, part)
+	}
+	if old.Loaded() {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		if old.closed {
+			return fmt.Errorf("cannot load partition (%s-%d): %w", topic, part, ErrClosed)
+		}
+		return old.setLeaderEpochLocked(leaderEpoch)
+	}
+	if !old.released.Load() {
+		return fmt.Errorf("cannot load partition (%s-%d): %w", topic, part, ErrClosed)
+	}
+	p, err := openPartition(t, part, old.dir, s)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	err = p.setLeaderEpochLocked(leaderEpoch)
+	p.mu.Unlock()
+	if err != nil {
+		_ = p.shutdown(true)
+		return err
+	}
+	cur := *t.parts.Load()
+	next := append([]*Partition(nil), cur...)
+	next[part] = p
+	t.parts.Store(&next)
+	partitionLoadsTotal.Inc()
+	return nil
+}
+
+// RunRetention applies retention to every partition once, then producer.id.expiration.ms.
 func (s *Store) RunRetention(now time.Time) {
 	for _, t := range s.Topics() {
 		for _, p := range *t.parts.Load() {
 			p.retain(now)
+			p.expireProducers(now.UnixMilli(), s.cfg.ProducerIDExpiration.Milliseconds())
 		}
 	}
 }

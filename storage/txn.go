@@ -67,7 +67,7 @@ type txnIndex struct {
 	mu      sync.Mutex
 	queue   []*txnSpan   // by first offset
 	aborted []AbortedTxn // by LastOffset
-	maxSpan int64        // max LastOffset-FirstOffset ever in aborted (bounds AbortedTransactions' scan)
+	maxSpan int64        // max LastOffset-FirstOffset in aborted (bounds AbortedTransactions' scan)
 }
 
 // lso computes the last stable offset for the given HWM and log start, dropping decided, durable
@@ -174,7 +174,16 @@ func (p *Partition) installProducersLocked(ps *producerState, aborted []AbortedT
 		ps.guards = p.producers.guards
 	}
 	ps.snapTail = nil
+	old := p.producers
 	p.producers = ps
+	if old != nil {
+		for pid := range old.m {
+			p.untrackPIDLocked(pid)
+		}
+	}
+	for pid := range ps.m {
+		p.trackPIDLocked(pid)
+	}
 	p.txn.mu.Lock()
 	p.txn.queue, p.txn.aborted, p.txn.maxSpan = queue, aborted, span
 	p.txn.mu.Unlock()
@@ -217,6 +226,13 @@ func (t *txnIndex) trimBelow(logStart int64) {
 	t.mu.Lock()
 	i := sort.Search(len(t.aborted), func(i int) bool { return t.aborted[i].LastOffset >= logStart })
 	t.aborted = append([]AbortedTxn(nil), t.aborted[i:]...)
+	// The scan bound shrinks with what is left: one long transaction that left the index must
+	// not make every later AbortedTransactions scan the whole index.
+	var span int64
+	for _, a := range t.aborted {
+		span = max(span, a.LastOffset-a.FirstOffset)
+	}
+	t.maxSpan = span
 	t.mu.Unlock()
 }
 
@@ -248,6 +264,9 @@ func init() { guardSeq.Store(uint64(time.Now().UnixNano()) | 1) }
 func (p *Partition) VerificationGuard(pid int64, epoch int16) (guard uint64, ongoing bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return 0, false // released or deleted: the append that follows answers 6 or 3
+	}
 	ps := p.producers
 	if e := ps.m[pid]; e != nil && e.txn != nil && e.txn.epoch == epoch {
 		return 0, true
@@ -263,9 +282,11 @@ func (p *Partition) VerificationGuard(pid int64, epoch int16) (guard uint64, ong
 			}
 		}
 		delete(ps.guards, oldest)
+		p.untrackPIDLocked(oldest)
 	}
 	g := verifyGuard{token: guardSeq.Add(1), epoch: epoch}
 	ps.guards[pid] = g
+	p.topic.store.pids.add(pid, p)
 	return g.token, false
 }
 
@@ -385,18 +406,102 @@ func (f *fenceMemory) remember(pid int64, epoch int16) {
 	f.m[pid] = epoch
 }
 
-// FenceProducer fences every epoch of pid below epoch on every partition (an epoch bump: rejoin,
-// reaper abort, TV2 per-transaction bump). Partitions holding state for pid raise its epoch, reset
-// its window and drop its verification guard; the store also remembers pid → epoch (bounded, see
-// fenceMemoryMax; lost on restart) so a partition that never saw pid rejects the zombie's older
-// epoch with INVALID_PRODUCER_EPOCH as well. The memory is set before the partitions are visited,
-// so an append racing with the fence is either rejected or fenced afterwards.
-func (s *Store) FenceProducer(pid int64, epoch int16) {
-	s.fences.remember(pid, epoch)
-	for _, t := range s.Topics() {
-		for _, p := range *t.parts.Load() {
-			p.fenceIfKnown(pid, epoch)
+// pidIndex maps a producer id to the partitions that hold state (an entry or a verification
+// guard) for it, so that FenceProducer visits those and not every partition of the store.
+// Partitions add a pid when they create its entry or guard and remove it when both are gone
+// (expiration, guard eviction, a rebuild, release, close), always under their append mutex.
+//
+// Lock order: Partition.mu → pidIndex.mu (FenceProducer copies the list and drops pidIndex.mu
+// before it takes any partition's mutex).
+type pidIndex struct {
+	mu sync.Mutex
+	m  map[int64]map[*Partition]struct{}
+}
+
+func (x *pidIndex) add(pid int64, p *Partition) {
+	x.mu.Lock()
+	if x.m == nil {
+		x.m = make(map[int64]map[*Partition]struct{})
+	}
+	set := x.m[pid]
+	if set == nil {
+		set = make(map[*Partition]struct{}, 1)
+		x.m[pid] = set
+	}
+	set[p] = struct{}{}
+	x.mu.Unlock()
+}
+
+func (x *pidIndex) remove(pid int64, p *Partition) {
+	x.mu.Lock()
+	if set := x.m[pid]; set != nil {
+		delete(set, p)
+		if len(set) == 0 {
+			delete(x.m, pid)
 		}
+	}
+	x.mu.Unlock()
+}
+
+func (x *pidIndex) partitions(pid int64) []*Partition {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	set := x.m[pid]
+	out := make([]*Partition, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	return out
+}
+
+// len is the number of producer ids indexed (tests).
+func (x *pidIndex) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.m)
+}
+
+// trackPIDLocked records (under mu) that this partition now holds state for pid. A producer
+// entry created by an append is checked against the fence memory once more afterwards: a
+// FenceProducer that read the index just before this add remembered its epoch before reading,
+// so the entry is fenced here instead ("rejected or fenced afterwards", see FenceProducer).
+func (p *Partition) trackPIDLocked(pid int64) {
+	s := p.topic.store
+	s.pids.add(pid, p)
+	if min, ok := s.fences.get(pid); ok {
+		if e := p.producers.m[pid]; e != nil && e.epoch < min {
+			p.producers.fence(pid, min)
+		}
+	}
+}
+
+// untrackPIDLocked drops pid from the index if this partition no longer holds anything for it.
+func (p *Partition) untrackPIDLocked(pid int64) {
+	_, known := p.producers.m[pid]
+	_, guarded := p.producers.guards[pid]
+	if !known && !guarded {
+		p.topic.store.pids.remove(pid, p)
+	}
+}
+
+// FenceProducer fences every epoch of pid below epoch (an epoch bump: rejoin, reaper abort, TV2
+// per-transaction bump). Partitions holding state for pid (found through the store's pid index,
+// plus any given in also, e.g. the transaction's partitions) raise its epoch, reset its window
+// and drop its verification guard; the store also remembers pid → epoch (bounded, see
+// fenceMemoryMax; lost on restart) so a partition that has no state for pid rejects the zombie's
+// older epoch with INVALID_PRODUCER_EPOCH as well. The memory is set before the index is read,
+// so an append racing with the fence is either rejected or fenced afterwards (trackPIDLocked).
+// The cost is that of the partitions holding state for pid, not of the store's partition count.
+func (s *Store) FenceProducer(pid int64, epoch int16, also ...*Partition) {
+	s.fences.remember(pid, epoch)
+	parts := s.pids.partitions(pid)
+	fencesTotal.Inc()
+	fencePartitionsTotal.Add(len(parts))
+	for _, p := range parts {
+		p.fenceIfKnown(pid, epoch)
+	}
+	for _, p := range also {
+		p.fenceIfKnown(pid, epoch)
 	}
 }
 
@@ -404,13 +509,14 @@ func (s *Store) FenceProducer(pid int64, epoch int16) {
 func (p *Partition) fenceIfKnown(pid int64, epoch int16) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.producers == nil {
+	if p.producers == nil || p.closed {
 		return
 	}
 	_, known := p.producers.m[pid]
 	_, guarded := p.producers.guards[pid]
 	if known || guarded {
 		p.producers.fence(pid, epoch)
+		p.touchLocked(pid)
 	}
 }
 

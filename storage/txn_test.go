@@ -653,7 +653,9 @@ func TestTxnRecovery(t *testing.T) {
 		if err := s.AlterTopicConfig("t", map[string]*string{"retention.bytes": &rb}); err != nil {
 			t.Fatal(err)
 		}
-		s.RunRetention(time.Now())
+		// Retention by bytes; "now" is near the batches' timestamps so that
+		// producer.id.expiration.ms (in memory until the next snapshot) removes nothing.
+		s.RunRetention(time.UnixMilli(2000))
 		ls := p.LogStartOffset()
 		if ls == 0 {
 			t.Fatal("retention removed nothing")
@@ -765,5 +767,136 @@ func TestTxnIndexCodec(t *testing.T) {
 	}
 	if got, err := decodeTxnIndex(encodeTxnIndex(nil), 5, 5); err != nil || len(got) != 0 {
 		t.Fatal("empty", err)
+	}
+}
+
+// FenceProducer visits only the partitions holding state (an entry or a guard) for the producer,
+// found through the store's pid index; the index follows state as it is created, reloaded and
+// closed, and a partition without state still rejects the fenced epoch.
+func TestFenceProducerVisitsOnlyPartitionsWithState(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	top, err := s.CreateTopic("many", 50, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3, p7, p9 := top.Partition(3), top.Partition(7), top.Partition(9)
+	mustAppend(t, p3, makeBatch(t, tb{pid: 5, epoch: 0, seq: 0}), 0)
+	mustAppend(t, p7, makeBatch(t, tb{pid: 5, epoch: 0, seq: 0}), 0)
+	if _, ongoing := p9.VerificationGuard(5, 0); ongoing {
+		t.Fatal("no transaction is ongoing")
+	}
+	if got := len(s.pids.partitions(5)); got != 3 {
+		t.Fatalf("pid 5 indexed on %d partitions, want 3", got)
+	}
+	before := fencePartitionsTotal.Get()
+	s.FenceProducer(5, 1)
+	if got := fencePartitionsTotal.Get() - before; got != 3 {
+		t.Fatalf("fence visited %d partitions, want 3", got)
+	}
+	for _, p := range []*Partition{p3, p7} {
+		if ep, _, _, _ := p.ProducerState(5); ep != 1 {
+			t.Fatalf("partition %d: epoch %d after fence, want 1", p.ID(), ep)
+		}
+		wantCode(t, "old epoch on a fenced partition", p.Append(makeBatch(t, tb{pid: 5, epoch: 0, seq: 1}), 0), codec.CodeInvalidProducerEpoch)
+	}
+	// A partition that never saw pid 5 rejects the old epoch through the store's fence memory.
+	wantCode(t, "old epoch on a partition without state", top.Partition(20).Append(makeBatch(t, tb{pid: 5, epoch: 0, seq: 0}), 0), codec.CodeInvalidProducerEpoch)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.pids.len(); n != 0 {
+		t.Fatalf("%d pids indexed after close", n)
+	}
+	// Reopened: the state loaded from snapshots is indexed again (p9's fence turned its guard
+	// into an entry at epoch 1).
+	s = openStore(t, dir)
+	defer s.Close()
+	if got := len(s.pids.partitions(5)); got != 3 {
+		t.Fatalf("pid 5 indexed on %d partitions after reopen, want 3", got)
+	}
+}
+
+// The aborted-transaction scan bound (maxSpan) shrinks when a long transaction's entry leaves
+// the index with its segment (retention moves the log start past its marker).
+func TestAbortedScanBoundShrinksWhenLongTxnLeavesIndex(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := newPartition(t, s, map[string]string{"segment.ms": "1000", "retention.ms": "10000"})
+	// Old segment (wall clock 0, timestamps 0): a long transaction of pid 1, aborted.
+	txnAppend(t, p, 1, 0, 0, 1)
+	for i := 0; i < 40; i++ {
+		mustAppend(t, p, makeBatch(t, tb{ts: 0}), 0)
+	}
+	long := p.AppendMarker(1, 0, false, 0, 0)
+	if long.Code != codec.CodeNone || syncWait(p, long.LastOffset+1) != nil {
+		t.Fatal("long abort marker failed")
+	}
+	// New segment (the roll at wall clock 5000), recent timestamps: a short aborted transaction.
+	mustAppend(t, p, makeBatch(t, tb{ts: 20_000}), 5000)
+	short := txnAppend(t, p, 2, 0, 0, 1)
+	sm := mustMarker(t, p, 2, 0, false, 0)
+	if got, want := p.txn.maxSpan, long.LastOffset; got != want {
+		t.Fatalf("maxSpan %d before retention, want %d", got, want)
+	}
+	s.RunRetention(time.UnixMilli(25_000))
+	if p.LogStartOffset() <= long.LastOffset {
+		t.Fatalf("retention kept the long transaction's segment (log start %d)", p.LogStartOffset())
+	}
+	if got, want := p.txn.maxSpan, sm.LastOffset-short.BaseOffset; got != want {
+		t.Fatalf("maxSpan %d after the long transaction left the index, want %d", got, want)
+	}
+	ab := p.AbortedTransactions(p.LogStartOffset(), p.HighWatermark())
+	if len(ab) != 1 || ab[0].ProducerID != 2 {
+		t.Fatalf("aborted after retention: %+v", ab)
+	}
+}
+
+// producer.id.expiration.ms: idempotent state idle that long is removed (also for a producer
+// whose data retention already deleted), not while the producer has an open transaction; the
+// snapshot written afterwards no longer carries it.
+func TestProducerIDExpirationRemovesIdleState(t *testing.T) {
+	dir := t.TempDir()
+	cfg := func(c *Config) { c.ProducerIDExpiration = 10 * time.Second }
+	s := openStore(t, dir, cfg)
+	p := newPartition(t, s, map[string]string{"segment.ms": "1000", "retention.ms": "1000"})
+	// Old segment (wall clock 0): pid 1 idempotent, pid 2 opens a transaction.
+	mustAppend(t, p, makeBatch(t, tb{pid: 1, epoch: 0, seq: 0, ts: 0}), 0)
+	txnAppend(t, p, 2, 0, 0, 1)
+	// New segment (roll at wall clock 5000): pid 3, recent.
+	mustAppend(t, p, makeBatch(t, tb{pid: 3, epoch: 0, seq: 0, ts: 15_000}), 15_000)
+
+	// Retention deletes pid 1's data; its state stays (idle 5 s < 10 s).
+	s.RunRetention(time.UnixMilli(5_000))
+	if p.LogStartOffset() == 0 {
+		t.Fatal("retention kept the old segment")
+	}
+	if _, _, _, ok := p.ProducerState(1); !ok {
+		t.Fatal("state of pid 1 expired early")
+	}
+	s.RunRetention(time.UnixMilli(20_000))
+	if _, _, _, ok := p.ProducerState(1); ok {
+		t.Fatal("pid 1 idle for 20 s (data below the log start) kept")
+	}
+	if _, _, _, ok := p.ProducerState(2); !ok {
+		t.Fatal("pid 2 with an open transaction expired")
+	}
+	if _, _, _, ok := p.ProducerState(3); !ok {
+		t.Fatal("pid 3 idle for 5 s expired")
+	}
+	if len(s.pids.partitions(1)) != 0 {
+		t.Fatal("expired pid still in the fence index")
+	}
+	// pid 1 starts over at sequence 0 (its window is gone).
+	mustAppend(t, p, makeBatch(t, tb{pid: 1, epoch: 0, seq: 0, ts: 20_000}), 20_000)
+	s.RunRetention(time.UnixMilli(40_000)) // everything idle; pid 2's transaction still open
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, cfg)
+	defer s.Close()
+	infos := s.Topic("t").Partition(0).Producers()
+	if len(infos) != 1 || infos[0].ProducerID != 2 {
+		t.Fatalf("producers after expiration and restart: %+v", infos)
 	}
 }

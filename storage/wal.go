@@ -3,13 +3,14 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kaas-go/kaas/storage/framelog"
 	"go.uber.org/zap"
 )
 
@@ -35,7 +36,9 @@ import (
 //	magic u32 "KWAL" | crc32c u32 | seq u64 | round u64 | topicID [16] | partition i32 |
 //	length u32 | baseOffset i64 | batch (length bytes) | zero padding to 8
 //
-// crc32c covers everything after the crc field up to the end of the batch. seq is the
+// crc32c covers everything after the crc field up to the end of the batch (walFormat: the
+// record is a framelog frame, so it is built, checked and scanned by the code the other logs
+// share; only the round writer below is the WAL's own). seq is the
 // generation's own number: a recycled file still holds records of its previous life, and those
 // never carry the new seq, so they are never mistaken for records. round numbers the flusher's
 // write+sync rounds (monotonic across generations and restarts). partition -1 with a zero topic
@@ -109,35 +112,31 @@ const walMarkerPartition = -1
 
 func walGenName(seq uint64) string { return fmt.Sprintf("%020d.wal", seq) }
 
-func walRecLen(payload int) int { return (walHeaderSize + payload + walAlign - 1) &^ (walAlign - 1) }
+// walFormat is the record layout above as a framelog frame. A record holds one batch, whose
+// length is an int32 in the Kafka format.
+var walFormat = framelog.Format{Magic: walMagic, HeaderLen: walHeaderSize, LenAt: 44, CRCAt: 4, CRCFrom: 8,
+	Align: walAlign, MaxLen: math.MaxInt32}
+
+func walRecLen(payload int) int { return walFormat.Size(payload) }
 
 // appendWALRecord appends a record with seq, round and crc left zero (sealWALRecord fills them in
 // when the flusher knows which generation and round it goes to).
 func appendWALRecord(buf []byte, topicID [16]byte, partition int32, base int64, payload []byte) []byte {
-	n := len(buf)
-	total := walRecLen(len(payload))
-	buf = append(buf, make([]byte, walHeaderSize)...)
+	buf, n := walFormat.Begin(buf)
 	h := buf[n:]
-	binary.BigEndian.PutUint32(h[0:], walMagic)
 	copy(h[24:40], topicID[:])
 	binary.BigEndian.PutUint32(h[40:], uint32(partition))
-	binary.BigEndian.PutUint32(h[44:], uint32(len(payload)))
 	binary.BigEndian.PutUint64(h[48:], uint64(base))
 	buf = append(buf, payload...)
-	for len(buf)-n < total {
-		buf = append(buf, 0)
-	}
-	return buf
+	return walFormat.EndUnsealed(buf, n)
 }
 
 // sealWALRecord stamps a record (starting at rec[0]) with its generation and round and computes
 // its checksum. It returns the record's total (padded) length.
 func sealWALRecord(rec []byte, seq, round uint64) int {
-	length := int(binary.BigEndian.Uint32(rec[44:]))
 	binary.BigEndian.PutUint64(rec[8:], seq)
 	binary.BigEndian.PutUint64(rec[16:], round)
-	binary.BigEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:walHeaderSize+length], crcTable))
-	return walRecLen(length)
+	return walFormat.Seal(rec)
 }
 
 // walGen is one generation file. seg supplies the file handle and the pre-zeroing state

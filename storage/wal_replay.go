@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage/framelog"
 	"go.uber.org/zap"
 )
 
@@ -34,30 +34,43 @@ func (r *walRecord) isMarker() bool {
 
 // parseWALRecord validates the record at data[pos:] for generation seq.
 func parseWALRecord(data []byte, pos int, seq uint64) (walRecord, bool) {
-	if pos < 0 || len(data)-pos < walHeaderSize {
+	if pos < 0 || len(data)-pos < walHeaderSize || !walOfGen(data[pos:], seq) {
 		return walRecord{}, false
 	}
-	h := data[pos:]
-	if binary.BigEndian.Uint32(h) != walMagic || binary.BigEndian.Uint64(h[8:]) != seq {
+	payload, size, ok := walFormat.Parse(data[pos:])
+	if !ok {
 		return walRecord{}, false
 	}
-	length := int64(binary.BigEndian.Uint32(h[44:]))
-	if length > int64(len(h)-walHeaderSize) {
-		return walRecord{}, false
-	}
-	end := walHeaderSize + int(length)
-	if crc32.Checksum(h[8:end], crcTable) != binary.BigEndian.Uint32(h[4:]) {
-		return walRecord{}, false
-	}
+	return walRecordAt(data[pos:], payload, size), true
+}
+
+// walOfGen reports whether h starts with the magic and seq of a record of generation seq.
+func walOfGen(h []byte, seq uint64) bool {
+	return len(h) >= 16 && binary.BigEndian.Uint32(h) == walMagic && binary.BigEndian.Uint64(h[8:]) == seq
+}
+
+// walRecordAt decodes the header of the validated record at h[0:].
+func walRecordAt(h, payload []byte, size int) walRecord {
 	r := walRecord{
 		round:     binary.BigEndian.Uint64(h[16:]),
 		partition: int32(binary.BigEndian.Uint32(h[40:])),
 		base:      int64(binary.BigEndian.Uint64(h[48:])),
-		payload:   h[walHeaderSize:end],
-		size:      walRecLen(int(length)),
+		payload:   payload,
+		size:      size,
 	}
 	copy(r.topicID[:], h[24:40])
-	return r, true
+	return r
+}
+
+// walGenFormat is walFormat for the records of generation seq. Bytes at the end of its records
+// that are not a record of this generation (zeros, or a recycled file's earlier life, whose
+// records carry another seq) end it cleanly; a record of this generation that does not
+// validate is a torn tail.
+func walGenFormat(seq uint64) *framelog.Format {
+	f := walFormat
+	f.Plausible = func(fr []byte) bool { return binary.BigEndian.Uint64(fr[8:]) == seq }
+	f.Filler = func(rest []byte) bool { return !walOfGen(rest, seq) }
+	return &f
 }
 
 // errWALCorrupt marks an unrecoverable WAL state: acknowledged data would be missing or wrong.
@@ -115,66 +128,62 @@ func (s *Store) replayWAL(dir string) (nextSeq, nextRound uint64, err error) {
 		if err != nil {
 			return 0, 0, fmt.Errorf("cannot read write-ahead log (%s): %w", path, err)
 		}
-		pos, genRound, seen := 0, lastRound, false
-		for {
-			r, ok := parseWALRecord(data, pos, seq)
-			if !ok {
-				break
-			}
-			if pending != nil {
-				// Valid data after a torn tail of an earlier generation: acceptable only if the
-				// flusher abandoned that tail after a failure and said so.
-				if !r.isMarker() || len(r.payload) != 8 || r.base < 1 ||
-					!(uint64(r.base) < pending.seq || (uint64(r.base) == pending.seq && int64(binary.BigEndian.Uint64(r.payload)) <= pending.pos)) {
-					return 0, 0, fmt.Errorf("%w: generation %d is damaged at byte %d but generation %d holds valid records after it (refusing to start)",
-						errWALCorrupt, pending.seq, pending.pos, seq)
+		genRound, seen := lastRound, false
+		var rounds []uint64 // of the valid records of this generation after its end
+		sc := framelog.Scanner{
+			Format: walGenFormat(seq),
+			Frame: func(pos int, payload []byte) (bool, error) {
+				r := walRecordAt(data[pos:], payload, walRecLen(len(payload)))
+				if pending != nil {
+					// Valid data after a torn tail of an earlier generation: acceptable only if the
+					// flusher abandoned that tail after a failure and said so.
+					if !r.isMarker() || len(r.payload) != 8 || r.base < 1 ||
+						!(uint64(r.base) < pending.seq || (uint64(r.base) == pending.seq && int64(binary.BigEndian.Uint64(r.payload)) <= pending.pos)) {
+						return false, fmt.Errorf("%w: generation %d is damaged at byte %d but generation %d holds valid records after it (refusing to start)",
+							errWALCorrupt, pending.seq, pending.pos, seq)
+					}
+					pending = nil
 				}
-				pending = nil
-			}
-			seen = true
-			genRound = r.round
-			lastRound = max(lastRound, r.round)
-			if !r.isMarker() {
-				did, err := s.replayRecord(&r, seq, pos, replayed)
-				if err != nil {
-					return 0, 0, err
+				seen = true
+				genRound = r.round
+				lastRound = max(lastRound, r.round)
+				if !r.isMarker() {
+					did, err := s.replayRecord(&r, seq, pos, replayed)
+					if err != nil {
+						return false, err
+					}
+					if did {
+						applied++
+					} else {
+						skipped++
+					}
 				}
-				if did {
-					applied++
-				} else {
-					skipped++
+				return true, nil
+			},
+			// Only the round being synced when the process died can be torn, and it is the last
+			// one written: valid records of several rounds, or of a round that is not the one at
+			// the cut or the next, were durable before that (corruption).
+			Follow: func(pos int, payload []byte) framelog.Follow {
+				round := binary.BigEndian.Uint64(data[pos+16:])
+				if len(rounds) == 0 || rounds[len(rounds)-1] != round {
+					rounds = append(rounds, round)
 				}
-			}
-			pos += r.size
+				lastRound = max(lastRound, round)
+				if len(rounds) > 1 || (seen && rounds[0] != genRound && rounds[0] != genRound+1) {
+					return framelog.Acked
+				}
+				return framelog.Stray
+			},
 		}
-		// The end of this generation's records. A record of this generation that does not
-		// validate, or valid records of it further on, mean the tail is torn.
-		torn := len(data)-pos >= 16 && binary.BigEndian.Uint32(data[pos:]) == walMagic &&
-			binary.BigEndian.Uint64(data[pos+8:]) == seq
-		var rounds []uint64
-		for q := pos + walAlign; q+walHeaderSize <= len(data); q += walAlign {
-			if binary.BigEndian.Uint32(data[q:]) != walMagic || binary.BigEndian.Uint64(data[q+8:]) != seq {
-				continue
-			}
-			r, ok := parseWALRecord(data, q, seq)
-			if !ok {
-				continue
-			}
-			if len(rounds) == 0 || rounds[len(rounds)-1] != r.round {
-				rounds = append(rounds, r.round)
-			}
-			lastRound = max(lastRound, r.round)
+		res, err := sc.Scan(data, 0)
+		if err != nil {
+			return 0, 0, err
 		}
-		if len(rounds) > 0 {
-			// Only the round being synced when the process died can be torn, and it is the
-			// last one written: valid records of several rounds, or of a round that is not the
-			// one at the cut or the next, were durable before that (corruption).
-			if len(rounds) > 1 || (seen && rounds[0] != genRound && rounds[0] != genRound+1) {
-				return 0, 0, fmt.Errorf("%w: generation %d is damaged at byte %d and valid records of rounds %v follow (refusing to start)",
-					errWALCorrupt, seq, pos, rounds)
-			}
-			torn = true
+		if res.Damaged {
+			return 0, 0, fmt.Errorf("%w: generation %d is damaged at byte %d and valid records of rounds %v follow (refusing to start)",
+				errWALCorrupt, seq, res.Stop, rounds)
 		}
+		pos, torn := int(res.Stop), res.Torn
 		if torn && pending == nil {
 			pending = &damage{seq: seq, pos: int64(pos)}
 		}

@@ -269,13 +269,17 @@ func idsTooLong(ids ...string) bool {
 // storeErrorCode maps a failed offset write to the code Apache answers for a failed append to
 // __consumer_offsets (KAFKA_STORAGE_ERROR → NOT_COORDINATOR, GroupMetadataManager.storeOffsets):
 // retriable, and never a success. A write refused because the store's queue is full is
-// overload, answered like a full group queue.
+// overload, answered like a full group queue. What the store refuses by its write-time limits (a
+// group id over 32767 bytes, an op over the frame limit) would fail again on retry:
+// INVALID_REQUEST.
 func storeErrorCode(err error) int16 {
 	switch {
 	case err == nil:
 		return codec.CodeNone
 	case errors.Is(err, storage.ErrGroupStoreBusy):
 		return codec.CodeCoordinatorNotAvailable // overload, not a lost coordinatorship: see maxGroupQueue
+	case errors.Is(err, storage.ErrGroupIDTooLong), errors.Is(err, storage.ErrOffsetCommitTooLarge):
+		return codec.CodeInvalidRequest
 	}
 	return codec.CodeNotCoordinator
 }

@@ -81,35 +81,21 @@ func (w *worker) appendBatch(recs []pendingRec) error {
 		w.bseq[r.slot]++
 		r.seq = w.bseq[r.slot]
 	}
-	b := w.encodeBatch(recs, j.batch+1)
-	if !j.fits(len(b)) && w.next != nil {
-		w.rotate()
-		j = w.cur
-		b = w.encodeBatch(recs, 1)
-	}
-	start := time.Now()
-	_, err := j.f.WriteAt(b, j.off)
-	journalWriteDuration.UpdateDuration(start)
-	if err == nil {
-		start = time.Now()
-		if j.fits(len(b)) {
-			err = j.f.Datasync()
-		} else {
-			err = j.f.Sync()
-			journalFullSyncsTotal.Inc()
-		}
-		journalSyncDuration.UpdateDuration(start)
-	}
+	b, err := w.encodeBatch(recs, j.batch+1)
 	if err != nil {
-		journalErrorsTotal.Inc()
-		j.broken = j.off + int64(len(b))
-		err = fmt.Errorf("cannot append to transaction journal %s: %w", j.path, err)
-		if rerr := j.repair(); rerr != nil {
-			w.c.log.Error("transaction journal repair failed; batches fail until it succeeds", zap.Error(rerr))
-		}
 		return err
 	}
-	j.off += int64(len(b))
+	if !j.app.Fits(len(b)) && w.next != nil {
+		w.rotate()
+		j = w.cur
+		if b, err = w.encodeBatch(recs, 1); err != nil {
+			return err
+		}
+	}
+	if err := j.app.Write(b); err != nil {
+		journalErrorsTotal.Inc()
+		return fmt.Errorf("cannot append to transaction journal %s: %w", j.path, err)
+	}
 	j.batch++
 	w.sinceCk += int64(len(b))
 	journalBatchRecords.Update(float64(len(recs)))
@@ -118,17 +104,28 @@ func (w *worker) appendBatch(recs []pendingRec) error {
 	return nil
 }
 
-func (w *worker) encodeBatch(recs []pendingRec, batch uint64) []byte {
+// encodeBatch frames the batch's records. A record the journal reader would refuse fails the
+// batch before anything is written. The ops refuse such entries up front (ErrRecordTooLarge, 42);
+// this is the backstop that keeps an unreadable record off the disk whatever produced it, and as
+// it fails the whole batch, its error stays the retriable COORDINATOR_NOT_AVAILABLE for the other
+// ops in it.
+func (w *worker) encodeBatch(recs []pendingRec, batch uint64) ([]byte, error) {
 	b := w.jbuf[:0]
 	for i := range recs {
 		r := &recs[i]
+		start := len(b)
 		b = appendRecord(b, &journalRec{batch: batch, last: i == len(recs)-1, slot: r.slot, seq: r.seq,
 			epoch: w.slots[r.slot].epoch, tid: r.tid, entry: r.entry})
+		if n := len(b) - start - journalFrameHdr; !journalFormat.Fits(n) {
+			journalRecordsRefused.Inc()
+			return nil, fmt.Errorf("cannot journal transactional id %q (slot %d): %d-byte record, over the journal's %d-byte record limit",
+				r.tid, r.slot, n, journalFormat.MaxLen)
+		}
 	}
 	if cap(b) <= 4<<20 {
 		w.jbuf = b
 	}
-	return b
+	return b, nil
 }
 
 // rotate retires the current generation (every batch in it is durable) and makes the prepared
@@ -139,7 +136,7 @@ func (w *worker) rotate() {
 		w.c.log.Warn("cannot close retired transaction journal", zap.String("file", old.path), zap.Error(err))
 	}
 	w.retired = append(w.retired, old.path)
-	w.lastUsed = old.off - journalHeaderSize
+	w.lastUsed = old.off() - journalHeaderSize
 	w.cur, w.next = w.next, nil
 	journalRotationsTotal.Inc()
 }
@@ -147,7 +144,7 @@ func (w *worker) rotate() {
 // nextCap sizes the next generation: twice what the last one took, within
 // [journalMinBytes, 2 × CheckpointBytes].
 func (w *worker) nextCap() int64 {
-	used := max(w.lastUsed, w.cur.off-journalHeaderSize)
+	used := max(w.lastUsed, w.cur.off()-journalHeaderSize)
 	return min(max(2*used, journalMinBytes), 2*w.c.cfg.CheckpointBytes)
 }
 
@@ -164,7 +161,7 @@ func (w *worker) housekeeping(now time.Time) {
 	}
 	var job ckJob
 	if pending && (w.sinceCk >= cfg.CheckpointBytes || now.Sub(w.lastCk) >= cfg.CheckpointInterval) {
-		if w.next != nil && w.cur.off > journalHeaderSize && w.cur.broken == 0 {
+		if w.next != nil && w.cur.off() > journalHeaderSize && !w.cur.app.Broken() {
 			w.rotate()
 		}
 		job.snaps = w.snapshot()

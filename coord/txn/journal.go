@@ -15,12 +15,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/kaas-go/kaas/storage/framelog"
+	"go.uber.org/zap"
 )
 
 const (
@@ -28,8 +32,8 @@ const (
 	journalVersion    = 1
 	journalHeaderSize = 32
 	journalFrameHdr   = 8 // len u32 | crc32c(payload) u32
-	// journalMaxRecord bounds one record (an entry with a huge partition list); larger lengths are
-	// damage, not data.
+	// journalMaxRecord bounds one record (an entry with a huge partition list): the reader takes
+	// larger lengths for damage, so the writer refuses to produce them (ErrRecordTooLarge).
 	journalMaxRecord = 16 << 20
 	// journalMinBytes is the smallest pre-zeroed generation; generations grow (up to twice the
 	// checkpoint size) with the bytes the previous one took, so an idle coordinator costs little
@@ -41,10 +45,25 @@ const (
 	recLast   = 1 << 0 // flags: last record of its batch
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// journalFormat is the record frame (storage/framelog): len u32 | crc32c(payload) u32 | payload,
+// no magic, in a pre-zeroed file (a zero length is the end of the journal). The record type byte
+// is a cheap filter for the damage scan. MaxLen is what both the reader and the writer
+// enforce; tests lower it.
+var journalFormat = framelog.Format{
+	HeaderLen: journalFrameHdr, LenAt: 0, CRCAt: 4,
+	MinLen: 2, MaxLen: journalMaxRecord,
+	Plausible: func(fr []byte) bool { t := fr[journalFrameHdr]; return t == recPut || t == recDelete },
+	Prezeroed: true,
+}
 
-// zeroChunk is shared read-only by every generation being pre-zeroed.
-var zeroChunk = make([]byte, 256<<10)
+// ErrRecordTooLarge: the change would make a transaction's journal record larger than the
+// journal reader accepts (journalMaxRecord). The op is refused before anything changes (answer
+// INVALID_REQUEST, 42): acknowledging it would lose the transaction's state, or keep the broker
+// from starting, at the next replay.
+var ErrRecordTooLarge = errors.New("transaction state record would exceed the journal's record limit")
+
+// journalRecordsRefused counts ops refused by ErrRecordTooLarge.
+var journalRecordsRefused = metrics.NewCounter("kaas_txn_journal_records_too_large_total")
 
 // journalID names one generation file: the broker that wrote it, the worker, the generation.
 // Generation numbers come from one counter per coordinator, so they increase in time across
@@ -95,7 +114,7 @@ func appendJournalHeader(b []byte, id journalID) []byte {
 	binary.BigEndian.PutUint32(h[8:], uint32(id.broker))
 	binary.BigEndian.PutUint32(h[12:], uint32(id.worker))
 	binary.BigEndian.PutUint64(h[16:], id.gen)
-	binary.BigEndian.PutUint32(h[28:], crc32.Checksum(h[:28], castagnoli))
+	binary.BigEndian.PutUint32(h[28:], framelog.Checksum(h[:28]))
 	return append(b, h[:]...)
 }
 
@@ -107,7 +126,7 @@ func parseJournalHeader(b []byte) (journalID, error) {
 	if string(h[:4]) != journalMagic {
 		return journalID{}, errors.New("not a transaction journal (bad magic)")
 	}
-	if crc32.Checksum(h[:28], castagnoli) != binary.BigEndian.Uint32(h[28:]) {
+	if framelog.Checksum(h[:28]) != binary.BigEndian.Uint32(h[28:]) {
 		return journalID{}, errors.New("journal header checksum mismatch")
 	}
 	if h[4] != journalVersion {
@@ -136,8 +155,7 @@ type journalRec struct {
 //
 // and str is uvarint length + bytes (see README.md for the entry layout).
 func appendRecord(b []byte, r *journalRec) []byte {
-	start := len(b)
-	b = append(b, make([]byte, journalFrameHdr)...)
+	b, start := journalFormat.Begin(b)
 	typ := byte(recPut)
 	if r.entry == nil {
 		typ = recDelete
@@ -151,19 +169,11 @@ func appendRecord(b []byte, r *journalRec) []byte {
 	b = binary.AppendUvarint(b, uint64(r.slot))
 	b = binary.AppendUvarint(b, r.seq)
 	b = binary.AppendVarint(b, int64(r.epoch))
-	b = appendStr(b, r.tid)
+	b = framelog.AppendStr(b, r.tid)
 	if r.entry != nil {
 		b = appendEntry(b, r.entry)
 	}
-	payload := b[start+journalFrameHdr:]
-	binary.BigEndian.PutUint32(b[start:], uint32(len(payload)))
-	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
-	return b
-}
-
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
+	return journalFormat.End(b, start)
 }
 
 // stateCode pins the on-disk number of every persistable state, so the in-memory enum can be
@@ -227,7 +237,7 @@ func appendEntry(b []byte, e *Entry) []byte {
 	b = binary.AppendVarint(b, int64(e.CoordinatorEpoch))
 	b = binary.AppendUvarint(b, uint64(len(e.Partitions)))
 	appendTopic := func(t string, ps []int32) {
-		b = appendStr(b, t)
+		b = framelog.AppendStr(b, t)
 		b = binary.AppendUvarint(b, uint64(len(ps)))
 		for _, p := range ps {
 			b = binary.AppendVarint(b, int64(p))
@@ -244,73 +254,9 @@ func appendEntry(b []byte, e *Entry) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(len(e.Groups)))
 	for _, g := range e.Groups {
-		b = appendStr(b, g)
+		b = framelog.AppendStr(b, g)
 	}
 	return b
-}
-
-// recReader decodes a record payload; any malformation latches err.
-type recReader struct {
-	b   []byte
-	err error
-}
-
-func (r *recReader) fail(what string) {
-	if r.err == nil {
-		r.err = errors.New(what)
-	}
-	r.b = nil
-}
-
-func (r *recReader) uvarint(what string) uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad " + what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *recReader) varint(what string, lo, hi int64) int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 || v < lo || v > hi {
-		r.fail("bad " + what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *recReader) byte1(what string) byte {
-	if len(r.b) == 0 {
-		r.fail("missing " + what)
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *recReader) str(what string) string {
-	n := r.uvarint(what + " length")
-	if n > uint64(len(r.b)) {
-		r.fail("bad " + what + " length")
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-// count reads a list length that cannot exceed the bytes left (each element takes at least one).
-func (r *recReader) count(what string) int {
-	n := r.uvarint(what)
-	if n > uint64(len(r.b)) {
-		r.fail("bad " + what)
-		return 0
-	}
-	return int(n)
 }
 
 const (
@@ -322,24 +268,24 @@ const (
 // decodeRecord parses and validates one payload: the same checks a slot file's entries pass
 // (checkEntry), plus sorted, duplicate-free partition and group lists and no trailing bytes.
 func decodeRecord(p []byte) (journalRec, error) {
-	r := recReader{b: p}
+	r := framelog.Reader{B: p}
 	var rec journalRec
-	typ := r.byte1("record type")
-	flags := r.byte1("flags")
-	if r.err == nil && (typ != recPut && typ != recDelete) {
+	typ := r.Byte("record type")
+	flags := r.Byte("flags")
+	if r.Err == nil && (typ != recPut && typ != recDelete) {
 		return rec, fmt.Errorf("unknown record type %#x", typ)
 	}
 	if flags&^recLast != 0 {
 		return rec, fmt.Errorf("unknown record flags %#x", flags)
 	}
 	rec.last = flags&recLast != 0
-	rec.batch = r.uvarint("batch")
-	slot := r.uvarint("slot")
-	rec.seq = r.uvarint("seq")
-	rec.epoch = int32(r.varint("coordinator epoch", minI32, maxI32))
-	rec.tid = r.str("transactional id")
-	if r.err != nil {
-		return rec, r.err
+	rec.batch = r.Uvarint("batch")
+	slot := r.Uvarint("slot")
+	rec.seq = r.Uvarint("seq")
+	rec.epoch = int32(r.VarintIn("coordinator epoch", minI32, maxI32))
+	rec.tid = r.Str("transactional id")
+	if r.Err != nil {
+		return rec, r.Err
 	}
 	if slot >= NumSlots || rec.batch == 0 || rec.seq == 0 {
 		return rec, fmt.Errorf("bad record header (slot %d batch %d seq %d)", slot, rec.batch, rec.seq)
@@ -347,54 +293,54 @@ func decodeRecord(p []byte) (journalRec, error) {
 	rec.slot = int(slot)
 	if typ == recPut {
 		e := &Entry{TransactionalID: rec.tid}
-		e.ProducerID = r.varint("producerId", minI64, maxI64)
-		e.ProducerEpoch = int16(r.varint("producerEpoch", minI16, maxI16))
-		e.LastProducerID = r.varint("lastProducerId", minI64, maxI64)
-		e.LastProducerEpoch = int16(r.varint("lastProducerEpoch", minI16, maxI16))
-		e.NextProducerID = r.varint("nextProducerId", minI64, maxI64)
-		st, ok := stateFromCode(r.byte1("state"))
-		if !ok && r.err == nil {
+		e.ProducerID = r.VarintIn("producerId", minI64, maxI64)
+		e.ProducerEpoch = int16(r.VarintIn("producerEpoch", minI16, maxI16))
+		e.LastProducerID = r.VarintIn("lastProducerId", minI64, maxI64)
+		e.LastProducerEpoch = int16(r.VarintIn("lastProducerEpoch", minI16, maxI16))
+		e.NextProducerID = r.VarintIn("nextProducerId", minI64, maxI64)
+		st, ok := stateFromCode(r.Byte("state"))
+		if !ok && r.Err == nil {
 			return rec, errors.New("unknown state code")
 		}
 		e.State = st
-		e.TimeoutMs = int32(r.varint("timeoutMs", minI32, maxI32))
-		e.TxnStartMs = r.varint("txnStartMs", minI64, maxI64)
-		e.LastUpdateMs = r.varint("lastUpdateMs", minI64, maxI64)
-		e.TxnVersion = int8(r.byte1("txnVersion"))
-		e.CoordinatorEpoch = int32(r.varint("coordinatorEpoch", minI32, maxI32))
-		if n := r.count("topic count"); n > 0 {
+		e.TimeoutMs = int32(r.VarintIn("timeoutMs", minI32, maxI32))
+		e.TxnStartMs = r.VarintIn("txnStartMs", minI64, maxI64)
+		e.LastUpdateMs = r.VarintIn("lastUpdateMs", minI64, maxI64)
+		e.TxnVersion = int8(r.Byte("txnVersion"))
+		e.CoordinatorEpoch = int32(r.VarintIn("coordinatorEpoch", minI32, maxI32))
+		if n := r.Count("topic count"); n > 0 {
 			e.Partitions = make(map[string][]int32, n)
 			prev := ""
-			for i := 0; i < n && r.err == nil; i++ {
-				t := r.str("topic")
+			for i := 0; i < n && r.Err == nil; i++ {
+				t := r.Str("topic")
 				if i > 0 && t <= prev {
-					r.fail("topics not sorted")
+					r.Fail("topics not sorted")
 				}
 				prev = t
-				m := r.count("partition count")
+				m := r.Count("partition count")
 				ps := make([]int32, 0, m)
-				for j := 0; j < m && r.err == nil; j++ {
-					p := int32(r.varint("partition", minI32, maxI32))
+				for j := 0; j < m && r.Err == nil; j++ {
+					p := int32(r.VarintIn("partition", minI32, maxI32))
 					if j > 0 && p <= ps[j-1] {
-						r.fail("partitions not sorted")
+						r.Fail("partitions not sorted")
 					}
 					ps = append(ps, p)
 				}
 				e.Partitions[t] = ps
 			}
 		}
-		if n := r.count("group count"); n > 0 {
+		if n := r.Count("group count"); n > 0 {
 			e.Groups = make([]string, 0, n)
-			for i := 0; i < n && r.err == nil; i++ {
-				g := r.str("group")
+			for i := 0; i < n && r.Err == nil; i++ {
+				g := r.Str("group")
 				if i > 0 && g <= e.Groups[i-1] {
-					r.fail("groups not sorted")
+					r.Fail("groups not sorted")
 				}
 				e.Groups = append(e.Groups, g)
 			}
 		}
-		if r.err != nil {
-			return rec, r.err
+		if r.Err != nil {
+			return rec, r.Err
 		}
 		if err := checkEntry(rec.slot, rec.tid, e); err != nil {
 			return rec, err
@@ -403,8 +349,8 @@ func decodeRecord(p []byte) (journalRec, error) {
 	} else if SlotFor(rec.tid) != rec.slot {
 		return rec, fmt.Errorf("deletion of %q in slot %d, which belongs to slot %d", rec.tid, rec.slot, SlotFor(rec.tid))
 	}
-	if len(r.b) != 0 {
-		return rec, fmt.Errorf("%d trailing bytes", len(r.b))
+	if len(r.B) != 0 {
+		return rec, fmt.Errorf("%d trailing bytes", len(r.B))
 	}
 	return rec, nil
 }
@@ -412,43 +358,13 @@ func decodeRecord(p []byte) (journalRec, error) {
 // readFrame parses one frame at the start of b: ok only for a plausible length, a known record
 // type (a cheap filter for the damage scan) and a matching CRC.
 func readFrame(b []byte) (payload []byte, ok bool) {
-	if len(b) < journalFrameHdr+2 {
-		return nil, false
-	}
-	l := binary.BigEndian.Uint32(b)
-	if l < 2 || l > journalMaxRecord || int64(l) > int64(len(b)-journalFrameHdr) {
-		return nil, false
-	}
-	if t := b[journalFrameHdr]; t != recPut && t != recDelete {
-		return nil, false
-	}
-	payload = b[journalFrameHdr : journalFrameHdr+int(l)]
-	if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(b[4:]) {
-		return nil, false
-	}
-	return payload, true
+	payload, _, ok = journalFormat.Parse(b)
+	return payload, ok
 }
 
 // findFrame returns the position of the first CRC-valid frame at or after from, or -1. Runs of
 // zeros (the pre-zeroed region) are skipped without CRC work.
-func findFrame(data []byte, from int) int {
-	for p := from; p+journalFrameHdr+2 <= len(data); {
-		if data[p] == 0 && binary.BigEndian.Uint32(data[p:]) == 0 {
-			i := indexNonZero(data[p:])
-			if i < 0 {
-				return -1
-			}
-			// A frame's length field may start up to 3 bytes before its first non-zero byte.
-			p = max(p+1, p+i-3)
-			continue
-		}
-		if _, ok := readFrame(data[p:]); ok {
-			return p
-		}
-		p++
-	}
-	return -1
-}
+func findFrame(data []byte, from int) int { return journalFormat.Find(data, from) }
 
 // genScan is what a generation file holds.
 type genScan struct {
@@ -468,90 +384,51 @@ type genScan struct {
 	ackedAt int64
 }
 
-// scanJournal classifies a generation file's bytes (header already checked). Reading stops at
-// the first zero length: the pre-zeroed region is the end of the journal. A record whose CRC
-// holds but that does not decode, or breaks the batch order, is an error: no crash produces it.
+// scanJournal classifies a generation file's bytes (header already checked) with the framelog
+// scanner: a batch is the unit (its last record carries recLast), reading stops at the first zero
+// length (the pre-zeroed region is the end of the journal), and only records of the unfinished
+// batch (batch+1) may lie beyond a stop (its pages can reach the disk in any order before the
+// fdatasync that never completed); any other valid record there is damage inside acknowledged
+// data. A record whose CRC holds but that does not decode, or breaks the batch order, is an
+// error: no crash produces it.
 func scanJournal(data []byte) (genScan, error) {
 	sc := genScan{end: journalHeaderSize}
+	sc.hasData = framelog.IndexNonZero(data[journalHeaderSize:]) >= 0
 	var open []journalRec
 	var batch uint64 // last complete batch
-	pos := journalHeaderSize
-	sc.hasData = indexNonZero(data[pos:]) >= 0
-	stop := func(why string) {
-		if why != "" || len(open) > 0 {
-			if why == "" {
-				why = "incomplete batch"
+	s := framelog.Scanner{
+		Format: &journalFormat,
+		Frame: func(pos int, payload []byte) (bool, error) {
+			rec, err := decodeRecord(payload)
+			if err != nil {
+				return false, fmt.Errorf("invalid record at byte %d: %w", pos, err)
 			}
-			sc.torn, sc.tornAt, sc.tornWhy = true, int64(pos), why
-		}
-	}
-	for {
-		if len(data)-pos < journalFrameHdr {
-			if indexNonZero(data[pos:]) >= 0 {
-				stop("short record header")
-			} else {
-				stop("")
+			if rec.batch != batch+1 {
+				return false, fmt.Errorf("record at byte %d is in batch %d, expected %d", pos, rec.batch, batch+1)
 			}
-			break
-		}
-		l := binary.BigEndian.Uint32(data[pos:])
-		if l == 0 {
-			stop("")
-			break
-		}
-		payload, ok := readFrame(data[pos:])
-		if !ok {
-			stop("torn or corrupt record (length or checksum)")
-			break
-		}
-		rec, err := decodeRecord(payload)
-		if err != nil {
-			return sc, fmt.Errorf("invalid record at byte %d: %w", pos, err)
-		}
-		if rec.batch != batch+1 {
-			return sc, fmt.Errorf("record at byte %d is in batch %d, expected %d", pos, rec.batch, batch+1)
-		}
-		open = append(open, rec)
-		pos += journalFrameHdr + len(payload)
-		if rec.last {
-			sc.recs = append(sc.recs, open...)
-			open = open[:0]
-			batch++
-			sc.end = int64(pos)
-		}
+			open = append(open, rec)
+			if rec.last {
+				sc.recs = append(sc.recs, open...)
+				open = open[:0]
+				batch++
+			}
+			return rec.last, nil
+		},
+		Follow: func(_ int, payload []byte) framelog.Follow {
+			if rec, err := decodeRecord(payload); err != nil || rec.batch != batch+1 {
+				return framelog.Acked
+			}
+			return framelog.Stray
+		},
 	}
-	// Whatever valid record follows the stop point decides between a torn last batch and damage
-	// inside acknowledged data: only the unfinished batch (batch+1) may have stray records there
-	// (its pages can reach the disk in any order before the fdatasync that never completed).
-	for p := findFrame(data, pos+1); p >= 0; {
-		payload, _ := readFrame(data[p:])
-		rec, err := decodeRecord(payload)
-		if err != nil || rec.batch != batch+1 {
-			sc.acked, sc.ackedAt = true, int64(p)
-			break
-		}
-		if !sc.torn {
-			sc.torn, sc.tornAt, sc.tornWhy = true, int64(pos), "stray records of an unfinished batch"
-		}
-		p = findFrame(data, p+journalFrameHdr+len(payload))
+	res, err := s.Scan(data, journalHeaderSize)
+	if err != nil {
+		return sc, err
 	}
+	sc.end = res.End
+	sc.torn, sc.tornAt, sc.tornWhy = res.Torn, res.TornAt, res.Why
+	sc.acked, sc.ackedAt = res.Damaged, res.DamagedAt
 	return sc, nil
-}
-
-// indexNonZero returns the index of the first non-zero byte of b, or -1.
-func indexNonZero(b []byte) int {
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		if binary.LittleEndian.Uint64(b[i:]) != 0 {
-			break
-		}
-	}
-	for ; i < len(b); i++ {
-		if b[i] != 0 {
-			return i
-		}
-	}
-	return -1
 }
 
 // journal is a worker's active generation. Only the worker goroutine touches it.
@@ -559,15 +436,11 @@ type journal struct {
 	id   journalID
 	path string
 	f    JournalFile
-	// off is the end of the last durable batch: the next batch is written here.
-	off int64
-	// zeroEnd: [off, zeroEnd) holds zeros that were fsync'd when the file was created, so a batch
-	// that ends below it is made durable with fdatasync (no size or block-map change).
-	zeroEnd int64
-	batch   uint64 // last batch number written
-	// broken > 0: a write or sync failed and [off, broken) may hold part of a batch. Nothing is
-	// appended until repair has put zeros back there durably.
-	broken int64
+	// app appends batches at the end of the last durable batch: one write and one fdatasync
+	// into the pre-zeroed region (fsync past it), and the repair after a failed write
+	// (framelog.Appender: nothing is appended after a possibly partial batch).
+	app   *framelog.Appender
+	batch uint64 // last batch number written
 }
 
 // createJournal creates a generation: header + capacity zero bytes written under a .tmp name,
@@ -586,12 +459,8 @@ func createJournal(fsys FileSystem, dir string, id journalID, capacity int64) (*
 		if _, err := f.WriteAt(appendJournalHeader(nil, id), 0); err != nil {
 			return err
 		}
-		for off := int64(journalHeaderSize); off < end; {
-			n := min(int64(len(zeroChunk)), end-off)
-			if _, err := f.WriteAt(zeroChunk[:n], off); err != nil {
-				return err
-			}
-			off += n
+		if err := framelog.WriteZeros(f, journalHeaderSize, end); err != nil {
+			return err
 		}
 		if err := f.Sync(); err != nil {
 			return err
@@ -606,39 +475,64 @@ func createJournal(fsys FileSystem, dir string, id journalID, capacity int64) (*
 		_ = fsys.Remove(tmp)
 		return nil, fmt.Errorf("cannot create transaction journal %s: %w", path, err)
 	}
-	return &journal{id: id, path: path, f: f, off: journalHeaderSize, zeroEnd: end}, nil
+	app := framelog.NewAppender(f, &journalFormat, journalHeaderSize, end)
+	app.Observe = observeJournalWrite
+	return &journal{id: id, path: path, f: f, app: app}, nil
 }
 
-// fits reports whether n more bytes stay inside the pre-zeroed region.
-func (j *journal) fits(n int) bool { return j.off+int64(n) <= j.zeroEnd }
-
-// repair puts zeros back over [off, broken) — cutting the file back first if the failed write
-// grew it — and makes that durable with a full fsync, so the generation again ends cleanly at
-// off and nothing is ever appended after a possibly partial batch. After a failed fsync Linux may
-// have marked the dirty pages clean without writing them (fsyncgate), so the region is rewritten
-// rather than trusted.
-func (j *journal) repair() error {
-	if j.broken == 0 {
-		return nil
+func observeJournalWrite(write, sync time.Duration, full bool) {
+	journalWriteDuration.Update(write.Seconds())
+	journalSyncDuration.Update(sync.Seconds())
+	if full {
+		journalFullSyncsTotal.Inc()
 	}
-	err := func() error {
-		if j.broken > j.zeroEnd {
-			if err := j.f.Truncate(max(j.off, j.zeroEnd)); err != nil {
-				return err
-			}
-		}
-		for off, end := j.off, min(j.broken, j.zeroEnd); off < end; {
-			n := min(int64(len(zeroChunk)), end-off)
-			if _, err := j.f.WriteAt(zeroChunk[:n], off); err != nil {
-				return err
-			}
-			off += n
-		}
-		return j.f.Sync()
-	}()
-	if err != nil {
+}
+
+// off is the end of the last durable batch.
+func (j *journal) off() int64 { return j.app.Offset() }
+
+// repair makes the generation end cleanly at off again after a failed write (a no-op otherwise).
+func (j *journal) repair() error {
+	if err := j.app.Repair(); err != nil {
 		return fmt.Errorf("cannot repair transaction journal %s after a failed write: %w", j.path, err)
 	}
-	j.broken = 0
 	return nil
+}
+
+// recordTooLarge reports whether tid's journal record with entry e would exceed what the reader
+// accepts. The bound is computed first (no allocation; a few bytes per topic and group, five
+// per partition) and the record encoded only when the bound does not settle it.
+func recordTooLarge(tid string, e *Entry) bool {
+	if e == nil {
+		return false
+	}
+	const fixed = 2 + 4*binary.MaxVarintLen64 + 5*binary.MaxVarintLen64 + 1 + 3*binary.MaxVarintLen64 + 1 +
+		binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 // header + entry scalars + list counts
+	bound := fixed + binary.MaxVarintLen64 + len(tid)
+	for t, ps := range e.Partitions {
+		bound += 2*binary.MaxVarintLen64 + len(t) + binary.MaxVarintLen32*len(ps)
+	}
+	for _, g := range e.Groups {
+		bound += binary.MaxVarintLen64 + len(g)
+	}
+	if bound <= journalFormat.MaxLen {
+		return false
+	}
+	// batch and seq are written as 1 here: leave room for their largest varints (and the epoch's).
+	n := len(appendRecord(nil, &journalRec{batch: 1, slot: SlotFor(tid), seq: 1, tid: tid, entry: e}))
+	return n-journalFrameHdr+2*binary.MaxVarintLen64+binary.MaxVarintLen32 > journalFormat.MaxLen
+}
+
+// refuseTooLarge refuses an op whose resulting entry could not be journaled (recordTooLarge),
+// before it changes anything: acknowledging a change that the replay cannot read would lose the
+// transaction's state (or keep the broker from starting) at the next start.
+func (w *worker) refuseTooLarge(tid string, next *Entry) bool {
+	if !recordTooLarge(tid, next) {
+		return false
+	}
+	journalRecordsRefused.Inc()
+	w.c.log.Warn("refusing a transaction change: its journal record would exceed the record limit",
+		zap.String("transactionalId", tid), zap.Int("topics", len(next.Partitions)), zap.Int("groups", len(next.Groups)),
+		zap.Int("limitBytes", journalFormat.MaxLen))
+	return true
 }

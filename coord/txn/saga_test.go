@@ -515,3 +515,24 @@ func TestTransactionalIDTooLong(t *testing.T) {
 	// The longest legal id works.
 	tc.init(t, strings.Repeat("y", MaxTransactionalIDLen), 1000)
 }
+
+// A worker queue at its bound refuses client operations with ErrBusy (answered 15, counted)
+// instead of growing without limit; once there is room they are served again.
+func TestWorkerQueueBound(t *testing.T) {
+	tc, _ := startCoord(t, t.TempDir(), nil)
+	prev := MaxWorkerQueue
+	MaxWorkerQueue = 0 // every client op finds the queue "full"
+	t.Cleanup(func() { MaxWorkerQueue = prev })
+	before := workerQueueRejected.Get()
+	_, err := call(t, func(d func(InitProducerIDResult, error)) {
+		tc.InitProducerID(InitProducerIDParams{TransactionalID: "busy", TimeoutMs: 1000, ProducerID: -1, ProducerEpoch: -1, Version: 4}, d)
+	})
+	if !errors.Is(err, ErrBusy) || ErrorCode(err) != codec.CodeCoordinatorNotAvailable {
+		t.Fatalf("full queue: err %v (code %d), want ErrBusy / 15", err, ErrorCode(err))
+	}
+	if got := workerQueueRejected.Get(); got != before+1 {
+		t.Fatalf("rejections counted %d, want %d", got, before+1)
+	}
+	MaxWorkerQueue = prev
+	tc.init(t, "busy", 1000)
+}

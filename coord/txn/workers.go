@@ -58,7 +58,20 @@ var (
 	// ErrLoadInProgress: the transactional.id's slot is being loaded (answer
 	// COORDINATOR_LOAD_IN_PROGRESS, 14; the client retries the same broker).
 	ErrLoadInProgress = errors.New("transaction coordinator is loading this transactional.id's slot")
+	// ErrBusy: the worker's queue is at MaxWorkerQueue (answer COORDINATOR_NOT_AVAILABLE, 15:
+	// Apache's coordinator answers that when it cannot append to its log in time; the client
+	// retries with backoff).
+	ErrBusy = errors.New("transaction coordinator worker queue is full")
 )
+
+// MaxWorkerQueue bounds the client operations queued on one worker. Requests are already
+// bounded by each connection's in-flight limit, so this is reached only when the journal cannot
+// keep up with very many connections; past it a client operation is refused (ErrBusy, counted in
+// kaas_queue_rejected_total{queue="txn_worker"}) instead of growing the queue without limit.
+// Operations of a saga in flight (internal) are continuations of admitted work and always queued.
+var MaxWorkerQueue = 1 << 16
+
+var workerQueueRejected = metrics.GetOrCreateCounter(`kaas_queue_rejected_total{queue="txn_worker"}`)
 
 // ErrorCode maps an operation's Go error to the Kafka error code the handler answers with: a
 // slot write failure or a stopped coordinator is the retriable COORDINATOR_NOT_AVAILABLE.
@@ -68,6 +81,8 @@ func ErrorCode(err error) int16 {
 		return codec.CodeNone
 	case errors.Is(err, ErrNotCoordinator):
 		return codec.CodeNotCoordinator
+	case errors.Is(err, ErrRecordTooLarge):
+		return codec.CodeInvalidRequest
 	case errors.Is(err, ErrLoadInProgress):
 		return codec.CodeCoordinatorLoadInProgress
 	default:
@@ -487,6 +502,14 @@ func (c *Coordinator) enqueue(o *op) {
 		}
 		return
 	}
+	if !o.internal && o.apply != nil && len(w.queue) >= MaxWorkerQueue {
+		w.mu.Unlock()
+		workerQueueRejected.Inc()
+		if o.done != nil {
+			o.done(nil, ErrBusy)
+		}
+		return
+	}
 	w.queue = append(w.queue, o)
 	w.mu.Unlock()
 	select {
@@ -855,6 +878,10 @@ func (w *worker) process(batch []*op) {
 			}
 			cur := ss.entries[o.tid]
 			next, res := o.apply(cur, now)
+			if next != cur && w.refuseTooLarge(o.tid, next) {
+				results[i] = ErrRecordTooLarge
+				continue
+			}
 			w.set(o.slot, ss, o.tid, cur, next)
 			results[i] = res
 		}
@@ -898,7 +925,7 @@ func (w *worker) process(batch []*op) {
 			o.done(sweepActs[i], nil)
 		case o.list != nil:
 			o.done(res, nil)
-		case res == ErrNotCoordinator || res == ErrLoadInProgress:
+		case res == ErrNotCoordinator || res == ErrLoadInProgress || res == ErrRecordTooLarge:
 			o.done(nil, res.(error))
 		case w.batchErr != nil:
 			o.done(nil, w.batchErr)
