@@ -68,7 +68,15 @@ type Config struct {
 	TransactionalIDExpiration time.Duration
 
 	Security // listeners, TLS and SASL (security.go)
+	// AuthorizerClassName is authorizer.class.name: empty allows everything; Apache's
+	// org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "acl") enables ACLs.
+	AuthorizerClassName  string
+	SuperUsers           string // super.users: User:a;User:b
+	AllowEveryoneIfNoACL bool   // allow.everyone.if.no.acl.found
 }
+
+// StandardAuthorizer is Apache's KRaft authorizer class; authorizer.class.name accepts it.
+const StandardAuthorizer = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 // Default returns the configuration of `make run`: one broker, id 0, 127.0.0.1:9092, data in
 // ./data, metrics on 127.0.0.1:9644, fsync before every acknowledgement.
@@ -182,6 +190,9 @@ func (c *Config) entries() []entry {
 		{"transaction.abort.timed.out.transaction.cleanup.interval.ms", kMillis, &c.TransactionReapInterval, "transaction timeout reaper period", false},
 		{"transaction.coordinator.workers", kInt, &c.TransactionWorkers, "transaction coordinator workers, each owning slot % N and its own journal (one fdatasync per batch each)", false},
 		{"transactional.id.expiration.ms", kMillis, &c.TransactionalIDExpiration, "idle time after which a transactional.id with no open transaction is removed", false},
+		{"authorizer.class.name", kString, &c.AuthorizerClassName, "empty allows everything; org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl) enforces ACLs", false},
+		{"super.users", kString, &c.SuperUsers, "principals allowed everything, ';'-separated (User:admin;User:broker)", false},
+		{"allow.everyone.if.no.acl.found", kBool, &c.AllowEveryoneIfNoACL, "allow a resource no ACL binding covers", false},
 	}, c.securityEntries()...)
 }
 
@@ -394,6 +405,13 @@ func (c *Config) Validate() error {
 	}
 	if c.TransactionWorkers < 1 || c.TransactionWorkers > 50 {
 		errs = append(errs, errors.New("transaction.coordinator.workers must be 1..50 (there are 50 slots)"))
+	}
+	switch c.AuthorizerClassName {
+	case "", "acl":
+	case StandardAuthorizer:
+		c.AuthorizerClassName = "acl"
+	default:
+		errs = append(errs, fmt.Errorf("authorizer.class.name %q is not supported (empty, acl or %s)", c.AuthorizerClassName, StandardAuthorizer))
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data.dir must be set"))

@@ -41,6 +41,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/coord/quota"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
@@ -96,6 +97,16 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 		nParts += len(req.Topics[i].Partitions)
 	}
 	op.appends = make([]produceAppend, 0, nParts)
+	if q := rc.s.deps.Quotas; q != nil && q.Active() {
+		// producer_byte_rate counts the record bytes of the request, as Apache's produce quota.
+		var n int
+		for i := range req.Topics {
+			for j := range req.Topics[i].Partitions {
+				n += len(req.Topics[i].Partitions[j].Records)
+			}
+		}
+		rc.recordUsage(quota.Produce, float64(n))
+	}
 	txnAuth := int8(0) // 0 unknown, 1 allowed, -1 denied: checked once, only if a batch is transactional
 	var hints *leaderHints
 

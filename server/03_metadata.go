@@ -19,7 +19,11 @@ package server
 //     num.partitions and returned ready. Apache answers LEADER_NOT_AVAILABLE on the creating
 //     request because its controller creates asynchronously; we create synchronously, so the
 //     topic is usable at once. Invalid names answer INVALID_TOPIC_EXCEPTION (17).
-//   - Authorized-operations bitfields are INT32_MIN ("not requested") unless asked for.
+//   - ACLs (Apache's KafkaApis): DESCRIBE per topic; list-all leaves out topics the principal
+//     may not describe, a named one answers TOPIC_AUTHORIZATION_FAILED (29). Auto-creation needs
+//     CREATE on the cluster or on the topic; a missing topic without either answers 29.
+//   - Authorized-operations bitfields (KIP-430) are INT32_MIN ("not requested") unless asked
+//     for: per topic the topic operations held; the cluster's (v8-10) only with DESCRIBE on it.
 //
 // Version notes: v1 null topics = all; v2 ClusterID; v4 AllowAutoTopicCreation; v7 LeaderEpoch;
 // v8 authorized operations; v9 flexible; v10 topic IDs; v11 drops cluster authorized ops.
@@ -59,7 +63,11 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 	resp.ControllerID = topo.Controller()
 	resp.AuthorizedOperations = authorizedOpsNotRequested
 	if req.IncludeClusterAuthorizedOperations && req.Version <= 10 {
+		// Apache: the cluster bitset only for a principal that may DESCRIBE the cluster.
 		resp.AuthorizedOperations = 0
+		if rc.authorized(OpDescribe, ResCluster, clusterResource) {
+			resp.AuthorizedOperations = rc.authorizedOps(ResCluster, clusterResource, clusterOps)
+		}
 	}
 
 	store := s.deps.Store
@@ -106,7 +114,7 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 		mt.TopicID = id
 		mt.AuthorizedOperations = authorizedOpsNotRequested
 		if req.IncludeTopicAuthorizedOperations {
-			mt.AuthorizedOperations = 0
+			mt.AuthorizedOperations = rc.authorizedOps(ResTopic, name, topicOps)
 		}
 		return mt
 	}
@@ -142,6 +150,8 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 		return resp, nil
 	}
 	autoCreate := s.cfg.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
+	// Apache: CREATE on the cluster covers every auto-created topic, else CREATE per topic.
+	clusterCreate := -1
 	for _, rt := range req.Topics {
 		if rt.Topic == nil || *rt.Topic == "" {
 			// Lookup by topic ID (v10+).
@@ -164,7 +174,18 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 			continue
 		}
 		t := store.Topic(name)
-		if t == nil && autoCreate && rc.authorized(OpCreate, ResTopic, name) {
+		if t == nil && autoCreate {
+			if clusterCreate < 0 {
+				clusterCreate = 0
+				if rc.authorized(OpCreate, ResCluster, clusterResource) {
+					clusterCreate = 1
+				}
+			}
+			if clusterCreate == 0 && !rc.authorized(OpCreate, ResTopic, name) {
+				// A missing topic the caller could describe but not create: Apache answers 29.
+				errTopic(rt.Topic, [16]byte{}, codec.CodeTopicAuthorizationFailed)
+				continue
+			}
 			var err error
 			t, err = store.CreateTopic(name, s.cfg.NumPartitions, nil)
 			switch {

@@ -90,13 +90,6 @@ func (f *fanIn) finish() {
 	}
 }
 
-// Kafka AclOperation codes, for DescribeGroups' authorized_operations bitfield.
-const (
-	aclOpRead     = 3
-	aclOpDelete   = 6
-	aclOpDescribe = 8
-)
-
 // GroupConfig maps the broker's group.* settings onto the coordinator's configuration (cmd and
 // tests wire the coordinator with it).
 func GroupConfig(cfg configs.Config) group.Config {

@@ -9,7 +9,8 @@ package server
 //     rejoined) is Empty; an unknown group is Dead with no error (Apache, v0-5) and, from v6
 //     (KIP-1043), GROUP_ID_NOT_FOUND with a message, so Kafka 4.x tools report it as such. Member metadata
 //     and assignments are filled only when Stable; client_id and client_host are the member's.
-//   - v3+ include_authorized_operations: the bitfield of READ, DELETE, DESCRIBE the principal holds
+//   - v3+ include_authorized_operations: the bitfield of the group operations the principal holds
+//     (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS, as Apache 4.1)
 //     on the group (Kafka AclOperation codes); otherwise INT32_MIN.
 //
 // Version notes:
@@ -37,15 +38,7 @@ func handleDescribeGroups(rc *reqCtx) (kmsg.Response, error) {
 	for i, id := range groups {
 		ops := int32(math.MinInt32)
 		if withOps {
-			ops = 0
-			for _, o := range []struct {
-				op  Operation
-				bit int
-			}{{OpRead, aclOpRead}, {OpDelete, aclOpDelete}, {OpDescribe, aclOpDescribe}} {
-				if rc.authorized(o.op, ResGroup, id) {
-					ops |= 1 << o.bit
-				}
-			}
+			ops = rc.authorizedOps(ResGroup, id, groupOps)
 		}
 		if code := rc.groupGate(OpDescribe, id); code != codec.CodeNone {
 			d := kmsg.NewDescribeGroupsResponseGroup()

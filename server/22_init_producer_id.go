@@ -6,8 +6,11 @@ package server
 //   - Null or empty transactional.id is the idempotent path: any broker answers with a fresh
 //     producer id from the persisted block allocator at epoch 0. Like Apache, a KIP-360 request
 //     that carries the producer's current id/epoch still gets a brand-new id (Apache's
-//     TransactionCoordinator.handleInitProducerId "blindly" allocates for a null id). This path is
-//     not ACL-gated (KIP-679); Produce's topic WRITE check is the enforcement point.
+//     TransactionCoordinator.handleInitProducerId "blindly" allocates for a null id). Its ACL
+//     gate is Apache 4.1's, relaxed by KIP-679 so that idempotence (on by default since 3.0)
+//     needs no extra grant: IDEMPOTENT_WRITE on the cluster OR WRITE on at least one topic (an
+//     authorizeByResourceType question), else CLUSTER_AUTHORIZATION_FAILED. A principal that may
+//     write somewhere is never refused; Produce's per-topic WRITE is the real enforcement point.
 //   - An allocator failure answers COORDINATOR_NOT_AVAILABLE (retriable): we never hand out a PID
 //     whose block was not persisted first.
 //   - A non-empty transactional.id belongs to the transaction coordinator
@@ -39,6 +42,10 @@ func handleInitProducerID(rc *reqCtx) (kmsg.Response, error) {
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if req.TransactionalID != nil && *req.TransactionalID != "" {
 		return initTransactionalProducer(rc, req, resp)
+	}
+	if !rc.authorized(OpIdempotentWrite, ResCluster, clusterResource) && !rc.authorizedAny(OpWrite, ResTopic) {
+		resp.ErrorCode = codec.CodeClusterAuthorizationFailed
+		return resp, nil
 	}
 	pid, err := rc.s.deps.PIDs.Next()
 	if err != nil {

@@ -10,7 +10,8 @@ package server
 // not happen otherwise.
 //
 // Behavior (Apache's Partition.lastOffsetForLeaderEpoch → LeaderEpochFileCache.endOffsetFor):
-//   - TOPIC_AUTHORIZATION_FAILED without Describe on the topic (v2+ requires Describe), then
+//   - TOPIC_AUTHORIZATION_FAILED without Describe on the topic (v2+ requires Describe; CLUSTER_ACTION
+//     on the cluster, the inter-broker grant, covers every topic), then
 //     UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, then the CurrentLeaderEpoch check
 //     against the topology's leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, -1 skips
 //     it): the shared check of topology.go.
@@ -47,12 +48,18 @@ func handleOffsetForLeaderEpoch(rc *reqCtx) (kmsg.Response, error) {
 	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
 
 	resp.Topics = make([]kmsg.OffsetForLeaderEpochResponseTopic, len(req.Topics))
+	// Apache: the API began inter-broker (CLUSTER_ACTION on the cluster covers every topic);
+	// KIP-320 consumers need only DESCRIBE per topic.
+	topicOp := OpDescribe
+	if rc.authorized(OpClusterAction, ResCluster, clusterResource) {
+		topicOp = opCallerAuthorized
+	}
 	for i := range req.Topics {
 		rt := &req.Topics[i]
 		ot := &resp.Topics[i]
 		*ot = kmsg.NewOffsetForLeaderEpochResponseTopic()
 		ot.Topic = rt.Topic
-		tr := rc.lookupTopic(OpDescribe, rt.Topic)
+		tr := rc.lookupTopic(topicOp, rt.Topic)
 		ot.Partitions = make([]kmsg.OffsetForLeaderEpochResponseTopicPartition, len(rt.Partitions))
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]

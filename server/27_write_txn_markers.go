@@ -5,7 +5,9 @@ package server
 // Behavior:
 //   - The partition-leader side of Apache's inter-broker marker API; kafka-transactions.sh abort
 //     (KIP-664) sends it to the leader of a hanging transaction's partition. CLUSTER_ACTION on the
-//     cluster is required: CLUSTER_AUTHORIZATION_FAILED (31) on every partition otherwise.
+//     cluster is required, or ALTER on the cluster as Apache 4.1 also accepts (its KafkaApis tries
+//     ALTER first, so an operator's admin grant is enough for an abort):
+//     CLUSTER_AUTHORIZATION_FAILED (31) on every partition otherwise.
 //   - Per marker, per partition (the shared check of topology.go, without a topic ACL):
 //     UNKNOWN_TOPIC_OR_PARTITION (3) if it does not exist, NOT_LEADER_OR_FOLLOWER (6) if the
 //     topology says another broker leads it, INVALID_TOPIC_EXCEPTION (17) for a partition of
@@ -34,7 +36,7 @@ func init() { register(kmsg.WriteTxnMarkers, 0, 1, handleWriteTxnMarkers) }
 func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.WriteTxnMarkersRequest)
 	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
-	allowed := rc.authorized(OpClusterAction, ResCluster, clusterResource)
+	allowed := rc.authorized(OpAlter, ResCluster, clusterResource) || rc.authorized(OpClusterAction, ResCluster, clusterResource)
 	var left atomic.Int32
 	left.Store(1)
 	done := func() {

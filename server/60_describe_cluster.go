@@ -27,20 +27,6 @@ import (
 
 func init() { register(kmsg.DescribeCluster, 0, 2, handleDescribeCluster) }
 
-// clusterAclOps maps our cluster operations to Kafka's AclOperation codes.
-var clusterAclOps = []struct {
-	op   Operation
-	code uint
-}{
-	{OpCreate, 5},
-	{OpAlter, 7},
-	{OpDescribe, 8},
-	{OpClusterAction, 9},
-	{OpDescribeConfigs, 10},
-	{OpAlterConfigs, 11},
-	{OpIdempotentWrite, 12},
-}
-
 func handleDescribeCluster(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.DescribeClusterRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)
@@ -70,15 +56,10 @@ func handleDescribeCluster(rc *reqCtx) (kmsg.Response, error) {
 	}
 	resp.ClusterAuthorizedOperations = authorizedOpsNotRequested
 	if req.IncludeClusterAuthorizedOperations {
-		var ops int32
+		resp.ClusterAuthorizedOperations = 0
 		if rc.authorized(OpDescribe, ResCluster, clusterResource) {
-			for _, o := range clusterAclOps {
-				if rc.authorized(o.op, ResCluster, clusterResource) {
-					ops |= 1 << o.code
-				}
-			}
+			resp.ClusterAuthorizedOperations = rc.authorizedOps(ResCluster, clusterResource, clusterOps)
 		}
-		resp.ClusterAuthorizedOperations = ops
 	}
 	return resp, nil
 }

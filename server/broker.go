@@ -15,8 +15,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/acl"
 	"github.com/kaas-go/kaas/coord/credentials"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/quota"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
@@ -38,6 +40,7 @@ type Broker struct {
 	Groups  *group.Coordinator
 	Txn     *txn.Coordinator
 	Markers *MarkerWriter
+	Quotas  *quota.Manager
 
 	log  *zap.Logger
 	lock *storage.DirLock // data.dir/.lock, held from before the first read until close ends
@@ -53,6 +56,8 @@ type BrokerOptions struct {
 	// Credentials is the SCRAM credential store; nil: a credentials.FileStore in
 	// data.dir/__cluster (cluster mode passes its shared store).
 	Credentials credentials.Store
+	// PrincipalFor, for tests only: see Deps.PrincipalFor.
+	PrincipalFor func(remoteAddr string) string
 }
 
 // StartBroker opens the data directory and starts serving. Any subsystem that cannot open its
@@ -146,8 +151,25 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		}
 		creds = fs
 	}
-	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn, Markers: b.Markers, FeaturesEpoch: featuresEpoch}
-	deps.Credentials = creds
+	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn,
+		Markers: b.Markers, FeaturesEpoch: featuresEpoch, Credentials: creds, PrincipalFor: opts.PrincipalFor}
+	if b.Quotas, err = quota.New(quota.Config{}, quota.NewFileStore(clusterDir)); err != nil {
+		return nil, fmt.Errorf("cannot open client quotas (refusing to start): %w", err)
+	}
+	b.Quotas.ExportMetrics()
+	deps.Quotas = b.Quotas
+	if cfg.AuthorizerClassName != "" {
+		// The bindings live next to the cluster id; a cluster-wide acl.Store replaces the file.
+		a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(cfg.SuperUsers), AllowIfNoACL: cfg.AllowEveryoneIfNoACL},
+			acl.NewFileStore(clusterDir))
+		if err != nil {
+			return nil, fmt.Errorf("cannot start authorizer (refusing to start): %w", err)
+		}
+		deps.ACL = a
+		if deps.Authz == nil {
+			deps.Authz = a
+		}
+	}
 	b.Server = New(cfg, log.Named("server"), deps, clusterID)
 	if err := b.Server.Start(); err != nil {
 		b.Server = nil
@@ -174,6 +196,9 @@ func (b *Broker) close() error {
 			errs = append(errs, fmt.Errorf("server: %w", err))
 		}
 		cancel()
+	}
+	if b.Quotas != nil {
+		b.Quotas.Unexport()
 	}
 	if b.Txn != nil {
 		b.Txn.Close()

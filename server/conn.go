@@ -70,6 +70,11 @@ type conn struct {
 	outPending  atomic.Int64
 	outBuffered atomic.Int64
 	slowClosed  atomic.Bool
+
+	// Client-quota muting (quotas.go): the executor starts no request before mutedUntil (unix
+	// nanos); quit is closed when the connection closes, to release a muted executor.
+	mutedUntil atomic.Int64
+	quit       chan struct{}
 }
 
 // request is one decoded frame travelling through the pipeline.
@@ -87,6 +92,7 @@ func newConn(s *Server, ln *listener, addr string) *conn {
 		addr:  addr,
 		log:   s.log.With(zap.String("conn", addr), zap.String("listener", ln.name)),
 		ready: make(map[uint64]*bytebufferpool.ByteBuffer),
+		quit:  make(chan struct{}),
 	}
 	if ln.cfg.SASL() {
 		c.auth = &saslState{}
@@ -200,6 +206,7 @@ func (c *conn) enqueue(r *request) bool {
 // a time, in order.
 func (c *conn) run(rs []*request) {
 	r := rs[0]
+	c.waitMuted()
 	if c.closed.Load() {
 		r.release()
 		return

@@ -198,6 +198,7 @@ func (g *gnetListener) OnClose(gc gnet.Conn, err error) gnet.Action {
 	c, _ := gc.Context().(*conn)
 	if c != nil {
 		c.closed.Store(true)
+		close(c.quit) // releases an executor muted by a quota throttle (quotas.go)
 		if c.frame != nil {
 			codec.FramePool.Put(c.frame)
 			c.frame = nil

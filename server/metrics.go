@@ -15,8 +15,10 @@ var (
 	mBytesOut        = metrics.NewCounter(`kaas_network_sent_bytes_total`)
 	mFrameRejected   = metrics.NewCounter(`kaas_request_frames_rejected_total`)
 	mInboundOverflow = metrics.NewCounter(`kaas_connection_inbound_limit_reached_total`)
-	mBadRequests     = metrics.NewCounter(`kaas_requests_malformed_total`)
-	mPanics          = metrics.NewCounter(`kaas_handler_panics_total`)
+	// mMutedWaits counts requests that waited for a client-quota mute (KIP-219) to pass.
+	mMutedWaits  = metrics.NewCounter(`kaas_quota_muted_waits_total`)
+	mBadRequests = metrics.NewCounter(`kaas_requests_malformed_total`)
+	mPanics      = metrics.NewCounter(`kaas_handler_panics_total`)
 	// mSlowConsumerCloses counts connections closed for unread responses over
 	// connection.max.outbound.bytes (conn.noteOutbound).
 	mSlowConsumerCloses = metrics.NewCounter(`kaas_slow_consumer_closes_total`)

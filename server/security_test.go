@@ -116,15 +116,15 @@ func fxClientOpts(t *testing.T, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-// principals records the principal each client id's requests ran as (testHandlerHook), for
+// seenPrincipals records the principal each client id's requests ran as (testHandlerHook), for
 // tests that do not run in parallel.
-type principals struct {
+type seenPrincipals struct {
 	mu sync.Mutex
 	by map[string]string
 }
 
-func recordPrincipals(t *testing.T) *principals {
-	p := &principals{by: map[string]string{}}
+func recordPrincipals(t *testing.T) *seenPrincipals {
+	p := &seenPrincipals{by: map[string]string{}}
 	testHandlerHook = func(key int16, h handler) handler {
 		return func(rc *reqCtx) (kmsg.Response, error) {
 			if rc.hdr.ClientID != nil && key == int16(kmsg.Produce) {
@@ -139,7 +139,7 @@ func recordPrincipals(t *testing.T) *principals {
 	return p
 }
 
-func (p *principals) of(id string) string {
+func (p *seenPrincipals) of(id string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.by[id]

@@ -11,6 +11,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -19,8 +20,10 @@ import (
 
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/acl"
 	"github.com/kaas-go/kaas/coord/credentials"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/coord/quota"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
@@ -36,6 +39,15 @@ type Deps struct {
 	Topology topology.Topology
 	// Authz decides whether a principal may perform an operation; nil allows everything.
 	Authz Authorizer
+	// ACL is the StandardAuthorizer behind CreateAcls / DescribeAcls / DeleteAcls; nil (no
+	// authorizer.class.name) answers them SECURITY_DISABLED.
+	ACL *acl.Authorizer
+	// PrincipalFor, for tests only, names the principal of a connection from its remote
+	// address (ip:port) until SASL authenticates connections; nil = User:ANONYMOUS.
+	PrincipalFor func(remoteAddr string) string
+	// Quotas are the client quotas (AlterClientQuotas / DescribeClientQuotas, throttling); nil
+	// answers the quota APIs UNKNOWN_SERVER_ERROR and throttles nothing.
+	Quotas *quota.Manager
 	// Groups is the classic consumer-group coordinator; nil answers the group APIs
 	// COORDINATOR_NOT_AVAILABLE.
 	Groups *group.Coordinator
@@ -177,6 +189,7 @@ type reqCtx struct {
 	deferred bool
 	// closeAfter closes the connection once the response is written (a failed SASL step).
 	closeAfter bool
+	throttle   atomic.Int64 // nanoseconds of client-quota throttle (quotas.go)
 }
 
 // handler serves one API. It returns the response, or (nil, nil) after calling rc.deferReply()
@@ -222,13 +235,23 @@ func (s *Server) handle(r *request) {
 	if testHandlerHook != nil {
 		h = testHandlerHook(key, h)
 	}
+	var t0 time.Time
+	if s.deps.Quotas != nil && s.deps.Quotas.Active() {
+		t0 = time.Now()
+	}
 	resp, herr := s.runHandler(rc, h)
+	if !t0.IsZero() {
+		// request_percentage: handler time as a percentage of one thread (Apache's
+		// nanosToPercentage), the synchronous part that occupies this executor.
+		rc.recordUsage(quota.Request, float64(time.Since(t0))*100/float64(time.Second))
+	}
 	if herr != nil {
 		c.closeWith("handler error", zap.String("api", kmsg.NameForKey(key)), zap.Error(herr))
 		r.release()
 		return
 	}
 	if rc.deferred {
+		rc.c.muteFor(time.Duration(rc.throttle.Load()))
 		return
 	}
 	rc.reply(resp)
@@ -283,10 +306,24 @@ func encode(corr int32, resp kmsg.Response) *bytebufferpool.ByteBuffer {
 func (rc *reqCtx) reply(resp kmsg.Response) {
 	mLatency[rc.hdr.Key].UpdateDuration(rc.start)
 	if resp == nil {
+		rc.applyThrottle(nil)
 		rc.c.complete(rc.r, nil)
 		return
 	}
-	rc.c.complete(rc.r, encode(rc.hdr.CorrelationID, resp))
+	rc.applyThrottle(resp)
+	b := encode(rc.hdr.CorrelationID, resp)
+	if rc.hdr.Key == int16(kmsg.Fetch) && rc.s.deps.Quotas != nil && rc.s.deps.Quotas.Active() {
+		// consumer_byte_rate counts the response as sent; a throttle it causes is in this
+		// response already (re-encoded), as Apache records before it answers.
+		before := rc.throttle.Load()
+		rc.recordUsage(quota.Fetch, float64(len(b.B)))
+		if rc.throttle.Load() != before {
+			codec.ResponsePool.Put(b)
+			rc.applyThrottle(resp)
+			b = encode(rc.hdr.CorrelationID, resp)
+		}
+	}
+	rc.c.complete(rc.r, b)
 }
 
 // deferReply marks the request as answered later through rc.reply (or rc.fail).

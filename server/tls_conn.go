@@ -109,6 +109,7 @@ func (t *tlsTransport) readLoop() {
 	defer func() {
 		t.close()
 		c.closed.Store(true)
+		close(c.quit) // releases an executor muted by a quota throttle (quotas.go)
 		l := c.ln
 		l.connMu.Lock()
 		delete(l.conns, t)

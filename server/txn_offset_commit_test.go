@@ -23,7 +23,7 @@ import (
 // denyAuthz denies exactly the listed (op, resource type, name) triples.
 type denyAuthz map[[3]string]bool
 
-func (d denyAuthz) Authorize(_ string, op Operation, rt ResourceType, name string) bool {
+func (d denyAuthz) Authorize(_, _ string, op Operation, rt ResourceType, name string) bool {
 	return !d[[3]string{string(rune('0' + op)), string(rune('0' + rt)), name}]
 }
 

@@ -696,7 +696,7 @@ func TestTxnPreparedCompletedAfterRestart(t *testing.T) {
 // txnDeny denies exactly the listed (operation, resource type, name) triples.
 type txnDeny map[string]bool
 
-func (d txnDeny) Authorize(_ string, op Operation, rt ResourceType, name string) bool {
+func (d txnDeny) Authorize(_, _ string, op Operation, rt ResourceType, name string) bool {
 	return !d[fmt.Sprintf("%d/%d/%s", op, rt, name)]
 }
 
@@ -711,6 +711,8 @@ func TestTxnACLGates(t *testing.T) {
 		denyKey(OpWrite, ResTransactionalID, "denied-id"):     true,
 		denyKey(OpRead, ResGroup, "denied-group"):             true,
 		denyKey(OpClusterAction, ResCluster, clusterResource): true,
+		// Apache 4.1 also lets ALTER on the cluster write markers.
+		denyKey(OpAlter, ResCluster, clusterResource): true,
 	}})
 	t.Cleanup(func() { tb.stop(t) })
 	if _, err := tb.store.CreateTopic("acl", 1, nil); err != nil {
