@@ -72,6 +72,30 @@ var topicConfigMeta = map[string]struct {
 	"message.timestamp.after.max.ms":  {"log.message.timestamp.after.max.ms", kmsg.ConfigTypeLong},
 	"flush.messages":                  {"log.flush.interval.messages", kmsg.ConfigTypeLong},
 	"flush.ms":                        {"log.flush.interval.ms", kmsg.ConfigTypeLong},
+	"compression.type":                {"compression.type", kmsg.ConfigTypeString},
+	// Accepted and shown, no effect in kaas (storage/config_inert.go). Broker synonyms as in
+	// Apache's ServerTopicConfigSynonyms; "" = none (the topic name is shown).
+	"compression.gzip.level":                  {"compression.gzip.level", kmsg.ConfigTypeInt},
+	"compression.lz4.level":                   {"compression.lz4.level", kmsg.ConfigTypeInt},
+	"compression.zstd.level":                  {"compression.zstd.level", kmsg.ConfigTypeInt},
+	"delete.retention.ms":                     {"log.cleaner.delete.retention.ms", kmsg.ConfigTypeLong},
+	"file.delete.delay.ms":                    {"log.segment.delete.delay.ms", kmsg.ConfigTypeLong},
+	"follower.replication.throttled.replicas": {"", kmsg.ConfigTypeList},
+	"index.interval.bytes":                    {"", kmsg.ConfigTypeInt}, // store-wide in kaas
+	"leader.replication.throttled.replicas":   {"", kmsg.ConfigTypeList},
+	"local.retention.bytes":                   {"log.local.retention.bytes", kmsg.ConfigTypeLong},
+	"local.retention.ms":                      {"log.local.retention.ms", kmsg.ConfigTypeLong},
+	"max.compaction.lag.ms":                   {"log.cleaner.max.compaction.lag.ms", kmsg.ConfigTypeLong},
+	"min.cleanable.dirty.ratio":               {"log.cleaner.min.cleanable.ratio", kmsg.ConfigTypeDouble},
+	"min.compaction.lag.ms":                   {"log.cleaner.min.compaction.lag.ms", kmsg.ConfigTypeLong},
+	"min.insync.replicas":                     {"min.insync.replicas", kmsg.ConfigTypeInt},
+	"preallocate":                             {"", kmsg.ConfigTypeBoolean}, // log.preallocate is store-wide in kaas
+	"remote.log.copy.disable":                 {"", kmsg.ConfigTypeBoolean},
+	"remote.log.delete.on.disable":            {"", kmsg.ConfigTypeBoolean},
+	"remote.storage.enable":                   {"", kmsg.ConfigTypeBoolean},
+	"segment.index.bytes":                     {"log.index.size.max.bytes", kmsg.ConfigTypeInt},
+	"segment.jitter.ms":                       {"log.roll.jitter.ms", kmsg.ConfigTypeLong},
+	"unclean.leader.election.enable":          {"unclean.leader.election.enable", kmsg.ConfigTypeBoolean},
 }
 
 // topicDefaults is the broker-level default topic configuration (what a topic without overrides
