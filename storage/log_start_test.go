@@ -191,3 +191,29 @@ func TestDeleteRecordsAcrossTransactions(t *testing.T) {
 		t.Fatalf("after the commit LSO %d, want %d", p.LastStableOffset(), m.LastOffset+1)
 	}
 }
+
+// With the WAL on, a power loss can take the segments' tail (it was durable only in the WAL):
+// the checkpointed start lies past the segments until the WAL replay restores them, and must
+// apply in full afterwards.
+func TestDeleteRecordsLogStartAfterPowerLossWithWAL(t *testing.T) {
+	dir := t.TempDir()
+	ffs := &faultFS{}
+	s := openStore(t, dir, withWAL, func(c *Config) { c.FS = ffs })
+	p := newPartition(t, s, nil)
+	for i := 0; i < 10; i++ {
+		mustAppend(t, p, makeBatch(t, tb{n: 2}), 0)
+	}
+	if lw, code := deleteRecords(t, p, 15); code != codec.CodeNone || lw != 15 {
+		t.Fatalf("DeleteRecords(15) = %d %d", lw, code)
+	}
+	crash(s)
+	if loseUnsynced(t, ffs, dir) == 0 {
+		t.Fatal("nothing was only in the WAL: the test does not test the replay")
+	}
+	s = openStore(t, dir, withWAL)
+	defer s.Close()
+	p = s.Topic("t").Partition(0)
+	if p.HighWatermark() != 20 || p.LogStartOffset() != 15 {
+		t.Fatalf("after power loss and WAL replay: HWM %d log start %d, want 20 and 15", p.HighWatermark(), p.LogStartOffset())
+	}
+}

@@ -87,3 +87,41 @@ func TestDeleteRecordsCLI(t *testing.T) {
 	b.Restart(t)
 	check("after kill -9 and restart")
 }
+
+// TestTopicConfigsCLINoEffectKeys: kafka-topics --create and kafka-configs --alter accept topic
+// configs Apache 4.1 has and kaas stores without acting on, kafka-configs --describe shows them
+// as dynamic topic configs and --describe --all shows the rest with Apache's defaults.
+func TestTopicConfigsCLINoEffectKeys(t *testing.T) {
+	requireKafkaLib(t)
+	addr := e2eBootstrap(t)
+	topic := e2eName("cfgs")
+	bs := []string{"--bootstrap-server", addr}
+	javaTool(t, 60*time.Second, classTopics, append(append([]string{}, bs...), "--create", "--topic", topic,
+		"--partitions", "1", "--replication-factor", "1",
+		"--config", "min.insync.replicas=2", "--config", "segment.jitter.ms=5")...)
+	cfg := func(args ...string) string {
+		t.Helper()
+		return javaTool(t, 60*time.Second, classConfigs, append(append([]string{}, bs...),
+			append([]string{"--entity-type", "topics", "--entity-name", topic}, args...)...)...).stdout
+	}
+	if out := cfg("--alter", "--add-config", "unclean.leader.election.enable=true,min.cleanable.dirty.ratio=0.7"); !strings.Contains(out, "Completed updating config") {
+		t.Errorf("kafka-configs --alter: unexpected output %q", out)
+	}
+	var out string
+	e2eEventually(t, 30*time.Second, "kafka-configs --describe shows the overrides", func() error {
+		out = cfg("--describe")
+		for _, want := range []string{"min.insync.replicas=2", "segment.jitter.ms=5", "unclean.leader.election.enable=true", "min.cleanable.dirty.ratio=0.7"} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("no %q in:\n%s", want, out)
+			}
+		}
+		return nil
+	})
+	t.Logf("kafka-configs --describe:\n%s", strings.TrimSpace(out))
+	out = cfg("--describe", "--all")
+	for _, want := range []string{"preallocate=false", "local.retention.ms=-2", "segment.index.bytes=10485760", "compression.type=producer"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kafka-configs --describe --all lacks %q:\n%s", want, out)
+		}
+	}
+}
