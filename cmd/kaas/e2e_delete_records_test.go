@@ -16,7 +16,7 @@ const classDeleteRecords = "org.apache.kafka.tools.DeleteRecordsCommand"
 
 // TestDeleteRecordsCLI purges a topic with kafka-delete-records (DeleteRecords v2), checks the
 // tool's report and the new log start (kadm ListOffsets EARLIEST), that a consumer from the
-// earliest offset starts there, and that the start survives a kill -9 of the broker.
+// earliest offset starts there, and (kaas only, see below) that the start survives a kill -9.
 func TestDeleteRecordsCLI(t *testing.T) {
 	requireKafkaLib(t)
 	b := startE2EBroker(t) // managed: it gets killed
@@ -83,6 +83,12 @@ func TestDeleteRecordsCLI(t *testing.T) {
 		}
 	}
 	check("after kafka-delete-records")
+	if e2eBrokerKind() != "kaas" {
+		// Apache checkpoints log start offsets every log.flush.start.offset.checkpoint.interval.ms
+		// (60 s), not before answering: a kill -9 right after DeleteRecords brings the old start
+		// back (seen with the reference broker). kaas answers only once the start is durable.
+		return
+	}
 	b.Kill(t)
 	b.Restart(t)
 	check("after kill -9 and restart")
