@@ -125,6 +125,7 @@ func TestTopicConfigsCLINoEffectKeys(t *testing.T) {
 	})
 	t.Logf("kafka-configs --describe:\n%s", strings.TrimSpace(out))
 	out = cfg("--describe", "--all")
+	t.Logf("kafka-configs --describe --all:\n%s", strings.TrimSpace(out))
 	for _, want := range []string{"preallocate=false", "local.retention.ms=-2", "segment.index.bytes=10485760", "compression.type=producer"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kafka-configs --describe --all lacks %q:\n%s", want, out)
