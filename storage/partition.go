@@ -62,6 +62,7 @@ type offsetRange struct{ from, to int64 } // [from, to)
 //
 // Lock order (a lock may be taken while holding any lock to its left, never the reverse):
 //
+//	Partition.startMu (log start checkpoint, log_start.go) → Partition.mu
 //	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
 //	                          Store.pids.mu, Store.fences.mu, wal.mu
 //	fireMu → wmu
