@@ -72,6 +72,30 @@ var topicConfigMeta = map[string]struct {
 	"message.timestamp.after.max.ms":  {"log.message.timestamp.after.max.ms", kmsg.ConfigTypeLong},
 	"flush.messages":                  {"log.flush.interval.messages", kmsg.ConfigTypeLong},
 	"flush.ms":                        {"log.flush.interval.ms", kmsg.ConfigTypeLong},
+	"compression.type":                {"compression.type", kmsg.ConfigTypeString},
+	// Accepted and shown, no effect in kaas (storage/config_inert.go). Broker synonyms as
+	// Apache 4.1 describes them; "" = none (only a topic override is listed as a synonym).
+	"compression.gzip.level":                  {"compression.gzip.level", kmsg.ConfigTypeInt},
+	"compression.lz4.level":                   {"compression.lz4.level", kmsg.ConfigTypeInt},
+	"compression.zstd.level":                  {"compression.zstd.level", kmsg.ConfigTypeInt},
+	"delete.retention.ms":                     {"log.cleaner.delete.retention.ms", kmsg.ConfigTypeLong},
+	"file.delete.delay.ms":                    {"log.segment.delete.delay.ms", kmsg.ConfigTypeLong},
+	"follower.replication.throttled.replicas": {"", kmsg.ConfigTypeList},
+	"index.interval.bytes":                    {"log.index.interval.bytes", kmsg.ConfigTypeInt},
+	"leader.replication.throttled.replicas":   {"", kmsg.ConfigTypeList},
+	"local.retention.bytes":                   {"log.local.retention.bytes", kmsg.ConfigTypeLong},
+	"local.retention.ms":                      {"log.local.retention.ms", kmsg.ConfigTypeLong},
+	"max.compaction.lag.ms":                   {"log.cleaner.max.compaction.lag.ms", kmsg.ConfigTypeLong},
+	"min.cleanable.dirty.ratio":               {"log.cleaner.min.cleanable.ratio", kmsg.ConfigTypeDouble},
+	"min.compaction.lag.ms":                   {"log.cleaner.min.compaction.lag.ms", kmsg.ConfigTypeLong},
+	"min.insync.replicas":                     {"min.insync.replicas", kmsg.ConfigTypeInt},
+	"preallocate":                             {"log.preallocate", kmsg.ConfigTypeBoolean},
+	"remote.log.copy.disable":                 {"", kmsg.ConfigTypeBoolean},
+	"remote.log.delete.on.disable":            {"", kmsg.ConfigTypeBoolean},
+	"remote.storage.enable":                   {"", kmsg.ConfigTypeBoolean},
+	"segment.index.bytes":                     {"log.index.size.max.bytes", kmsg.ConfigTypeInt},
+	"segment.jitter.ms":                       {"", kmsg.ConfigTypeLong}, // log.roll.jitter.ms has no default: Apache shows no synonym
+	"unclean.leader.election.enable":          {"unclean.leader.election.enable", kmsg.ConfigTypeBoolean},
 }
 
 // topicDefaults is the broker-level default topic configuration (what a topic without overrides
@@ -94,6 +118,17 @@ func describeTopicEntries(cfg storage.TopicConfig, overrides map[string]string, 
 			typ = kmsg.ConfigTypeString
 		}
 		bkey := meta.broker
+		if ok && bkey == "" {
+			// No broker-level synonym in Apache (throttled replicas, tiered storage keys):
+			// the value is the topic's own or Apache's built-in default.
+			e := cfgEntry{name: d.Name, value: d.Value, typ: typ, source: kmsg.ConfigSourceDefaultConfig}
+			if ov, over := overrides[d.Name]; over {
+				e.source = kmsg.ConfigSourceDynamicTopicConfig
+				e.synonyms = []cfgSynonym{{d.Name, ov, kmsg.ConfigSourceDynamicTopicConfig}}
+			}
+			out = append(out, e)
+			continue
+		}
 		if bkey == "" {
 			bkey = d.Name
 		}

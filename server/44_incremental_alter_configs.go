@@ -8,8 +8,9 @@ package server
 //     INVALID_TOPIC_EXCEPTION (17); unknown topic → UNKNOWN_TOPIC_OR_PARTITION (3). The operations:
 //     SET (0) sets an override (a null value is INVALID_REQUEST); DELETE (1) removes an override
 //     (the topic falls back to the broker-level default; deleting an absent override is a no-op);
-//     APPEND (2) / SUBTRACT (3) add or remove items of a list-typed config (cleanup.policy) starting
-//     from its effective value, and are INVALID_CONFIG for any other key, as in Apache.
+//     APPEND (2) / SUBTRACT (3) add or remove items of a list-typed config (cleanup.policy, the
+//     *.replication.throttled.replicas lists) starting from its effective value, and are
+//     INVALID_CONFIG for any other key, as in Apache.
 //     A key named twice in one resource is INVALID_REQUEST. Unknown keys and values storage does
 //     not support (cleanup.policy containing compact: kaas has no log compaction) are
 //     INVALID_CONFIG (40) with the reason. All operations of a resource are validated together

@@ -152,6 +152,15 @@ func TestACLEveryAPIDeniesWithoutBindings(t *testing.T) {
 		}
 	}
 	{
+		req := kmsg.NewPtrDeleteRecordsRequest()
+		req.Version = 2
+		rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+		rp.Offset = -1
+		req.Topics = []kmsg.DeleteRecordsRequestTopic{{Topic: "t", Partitions: []kmsg.DeleteRecordsRequestTopicPartition{rp}}}
+		r := fxRoundTrip[*kmsg.DeleteRecordsResponse](t, rc, req)
+		want("DeleteRecords", r.Topics[0].Partitions[0].ErrorCode, topicAuth)
+	}
+	{
 		req := kmsg.NewPtrCreatePartitionsRequest()
 		req.Version, req.TimeoutMillis = 2, 5000
 		req.Topics = []kmsg.CreatePartitionsRequestTopic{{Topic: "t", Count: 3}}

@@ -86,6 +86,9 @@ type TopicConfig struct {
 	// unflushed append (the HWM only moves on fsync, so this bounds consumer visibility lag).
 	FlushMessages int64
 	FlushMs       int64 // flush.ms
+	// Inert holds the Apache topic configs kaas accepts but does not act on (config_inert.go),
+	// indexed like inertKeys; "" = Apache's default.
+	Inert [numInertKeys]string
 }
 
 // DefaultTopicConfig returns Kafka 4.x defaults, except flush.messages = 1 (durable acks).
@@ -157,7 +160,8 @@ const minSegmentBytes = 1024
 
 var configKeys = []configKey{
 	intKey("retention.ms", -1, math.MaxInt64, func(c *TopicConfig) *int64 { return &c.RetentionMs }),
-	intKey("retention.bytes", -1, math.MaxInt64, func(c *TopicConfig) *int64 { return &c.RetentionBytes }),
+	// Apache has no validator on retention.bytes: every negative value means unlimited.
+	intKey("retention.bytes", math.MinInt64, math.MaxInt64, func(c *TopicConfig) *int64 { return &c.RetentionBytes }),
 	// Positions in the sparse index are int32, so a segment cannot exceed MaxInt32 bytes.
 	intKey("segment.bytes", minSegmentBytes, math.MaxInt32, func(c *TopicConfig) *int64 { return &c.SegmentBytes }),
 	intKey("segment.ms", 1, math.MaxInt64, func(c *TopicConfig) *int64 { return &c.SegmentMs }),
@@ -185,6 +189,23 @@ var configKeys = []configKey{
 				return "log compaction is not supported by kaas; only cleanup.policy=delete is accepted"
 			}
 			return "must be delete"
+		},
+	},
+	{
+		// Apache's values are producer, uncompressed, gzip, snappy, lz4, zstd (case-sensitive).
+		// Anything but producer means recompressing every batch on append, which kaas does
+		// not do: accepting such a value would store batches in a codec other than the one
+		// the topic says, so it is refused.
+		name: "compression.type",
+		get:  func(c *TopicConfig) string { return "producer" },
+		set: func(c *TopicConfig, v string) string {
+			switch v {
+			case "producer":
+				return ""
+			case "uncompressed", "gzip", "snappy", "lz4", "zstd":
+				return "broker-side recompression is not supported by kaas; only compression.type=producer is accepted"
+			}
+			return "must be one of producer, uncompressed, gzip, snappy, lz4, zstd"
 		},
 	},
 	{
@@ -231,6 +252,13 @@ func ParseTopicConfigs(base TopicConfig, kv map[string]string) (TopicConfig, err
 		if reason := ck.set(&c, kv[k]); reason != "" {
 			return base, &ConfigError{Key: k, Value: kv[k], Reason: reason}
 		}
+	}
+	// Apache's LogConfig.validateValues: the one cross-key rule among the keys kaas accepts.
+	minLag, _ := strconv.ParseInt(findConfigKey("min.compaction.lag.ms").get(&c), 10, 64)
+	maxLag, _ := strconv.ParseInt(findConfigKey("max.compaction.lag.ms").get(&c), 10, 64)
+	if minLag > maxLag {
+		return base, &ConfigError{Key: "min.compaction.lag.ms", Value: i64(minLag),
+			Reason: "conflicts with max.compaction.lag.ms " + i64(maxLag) + " (min must not exceed max)"}
 	}
 	return c, nil
 }

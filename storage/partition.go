@@ -62,6 +62,7 @@ type offsetRange struct{ from, to int64 } // [from, to)
 //
 // Lock order (a lock may be taken while holding any lock to its left, never the reverse):
 //
+//	Partition.startMu (log start checkpoint, log_start.go) → Partition.mu
 //	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
 //	                          Store.pids.mu, Store.fences.mu, wal.mu
 //	fireMu → wmu
@@ -128,6 +129,11 @@ type Partition struct {
 	hwm      atomic.Int64
 	logStart atomic.Int64
 	changed  atomic.Pointer[chan struct{}]
+
+	// DeleteRecords (log_start.go): startMu serialises writes of the log start checkpoint;
+	// startDurable is the start that file holds (the first segment's base if there is none).
+	startMu      sync.Mutex
+	startDurable int64
 
 	wmu     sync.Mutex
 	waiters []waiter
@@ -352,6 +358,15 @@ func (p *Partition) recoverLog() error {
 	p.durableEnd = next
 	p.hwm.Store(next)
 	p.logStart.Store(segs[0].base)
+	p.startDurable = segs[0].base
+	if ck := p.loadLogStart(); ck > segs[0].base {
+		// DeleteRecords moved the start into (or past) the first segment. A crash between the
+		// checkpoint and the deletion leaves segments wholly below it: the next retention pass
+		// removes them. The checkpoint cannot be past the log end for an acknowledged request
+		// (the HWM capped it and only durable bytes count), but a lost tail is capped anyway.
+		p.logStart.Store(min(ck, next))
+		p.startDurable = ck
+	}
 	if err := p.loadEpochs(next); err != nil {
 		return err
 	}
@@ -417,7 +432,10 @@ func (p *Partition) replay(ps *producerState, from, end int64, onAbort func(Abor
 			if b.BaseOffset() >= end {
 				return nil
 			}
-			if b.BaseOffset() >= from {
+			// LastOffset, not BaseOffset: a log start moved by DeleteRecords may lie inside a
+			// batch, which still belongs to the producer state (Apache reads from the batch
+			// holding the start). A snapshot offset is always a batch boundary.
+			if b.LastOffset() >= from {
 				if ev := ps.record(b); ev.closed != nil && ev.abort {
 					onAbort(AbortedTxn{ProducerID: b.ProducerID(), FirstOffset: ev.closed.first, LastOffset: b.BaseOffset()})
 				}
@@ -1365,13 +1383,14 @@ func (p *Partition) batchAt(seg *segment, offset int64) (codec.Batch, error) {
 // batch's base offset and max timestamp (kaas does not decompress on this path).
 func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool) {
 	hwm := p.hwm.Load()
+	ls := p.logStart.Load()
 	p.segMu.RLock()
 	defer p.segMu.RUnlock()
 	for _, seg := range *p.segs.Load() {
 		if seg.base >= hwm || seg.deleted {
 			break
 		}
-		if _, maxTs, _ := seg.stats(); maxTs < ts {
+		if next, maxTs, _ := seg.stats(); maxTs < ts || next <= ls {
 			continue
 		}
 		start := seg.timeLookup(ts)
@@ -1381,9 +1400,13 @@ func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, found
 			if err != nil || status != batchOK || b.BaseOffset() >= hwm {
 				return -1, -1, false
 			}
+			if b.LastOffset() < ls {
+				continue // below a log start DeleteRecords moved into this segment
+			}
 			if b.MaxTimestamp() >= ts {
 				o, t := recordAtOrAfter(b, ts)
-				return o, t, true
+				// Apache searches from the log start: a record below it is never the answer.
+				return max(o, ls), t, true
 			}
 		}
 	}
@@ -1486,10 +1509,11 @@ func (p *Partition) retain(now time.Time) {
 	for drop < len(segs)-1 { // never the active segment
 		s := segs[drop]
 		size := s.size.Load()
-		_, maxTs, _ := s.stats()
+		next, maxTs, _ := s.stats()
 		byTime := cfg.RetentionMs >= 0 && (maxTs < 0 || nowMs-maxTs > cfg.RetentionMs)
 		byBytes := cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
-		if !byTime && !byBytes && size > 0 {
+		belowStart := next <= p.logStart.Load() // DeleteRecords moved the start past it
+		if !byTime && !byBytes && !belowStart && size > 0 {
 			break
 		}
 		total -= size
@@ -1499,27 +1523,8 @@ func (p *Partition) retain(now time.Time) {
 		p.mu.Unlock()
 		return
 	}
-	keep := append([]*segment(nil), segs[drop:]...)
-	p.segs.Store(&keep)
-	p.logStart.Store(keep[0].base)
-	p.txn.trimBelow(keep[0].base)
-	p.mu.Unlock()
-
-	p.segMu.Lock()
-	for _, s := range segs[:drop] {
-		s.deleted = true
-		_ = s.f.Close()
-	}
-	p.segMu.Unlock()
-	for _, s := range segs[:drop] {
-		for _, ext := range []string{".log", ".index", ".timeindex", ".txnindex"} {
-			if err := os.Remove(s.path(ext)); err != nil && !os.IsNotExist(err) {
-				p.log.Warn("cannot delete segment file", zap.String("file", s.path(ext)), zap.Error(err))
-			}
-		}
-	}
-	_ = SyncDir(p.dir)
-	p.log.Info("retention removed segments", zap.Int("segments", drop), zap.Int64("logStartOffset", keep[0].base))
+	p.removeSegmentsLocked(segs, drop) // releases mu
+	p.log.Info("retention removed segments", zap.Int("segments", drop), zap.Int64("logStartOffset", p.logStart.Load()))
 }
 
 // expireProducers applies producer.id.expiration.ms (see Config.ProducerIDExpiration). The

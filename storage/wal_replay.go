@@ -255,5 +255,11 @@ func (p *Partition) finishReplay() error {
 	if p.leoLocal > p.durableEnd {
 		p.publishHWMLocked(p.leoLocal)
 	}
+	// A DeleteRecords checkpoint past what the segments held before replay (their tail was only
+	// in the WAL) was capped by recoverLog; with the tail back it applies in full.
+	if ls := min(p.startDurable, p.leoLocal); ls > p.logStart.Load() {
+		p.logStart.Store(ls)
+		p.txn.trimBelow(ls)
+	}
 	return nil
 }
