@@ -20,6 +20,13 @@
 #   KAFKA_REF_EXTRA_PROPS extra broker properties (space-separated key=value)
 #   KAFKA_REF_PRODUCTION  1 = keep Kafka's default thread counts (benchmarks); else 2 network + 2 io
 #   KAFKA_REF_TIMEOUT     seconds to wait for the reference broker to be ready (default 90)
+#   KAFKA_REF_SECURITY_PROTOCOL  PLAINTEXT (default), SASL_PLAINTEXT or SASL_SSL for the client
+#                         listener (also the inter-broker one); SASL is SCRAM-SHA-512 only
+#   KAFKA_REF_SASL_USER, KAFKA_REF_SASL_PASSWORD  the SCRAM-SHA-512 user created at format time
+#                         (kafka-storage format --add-scram; KRaft has no other way to seed the
+#                         first user) and used by the broker's own inter-broker clients
+#   KAFKA_REF_SSL_KEYSTORE, KAFKA_REF_SSL_TRUSTSTORE  PEM files (chain + unencrypted PKCS#8 key;
+#                         CA) for SASL_SSL
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -101,6 +108,11 @@ cmd_ref_start() {
 	dir=$(cd "$dir" && pwd)
 	local cport=${KAFKA_REF_CONTROLLER_PORT:-$((port + 1))}
 	local pidf="$dir/kafka.pid" out="$dir/kafka.out" props="$dir/server.properties"
+	local proto=${KAFKA_REF_SECURITY_PROTOCOL:-PLAINTEXT} scram=()
+	case "$proto" in
+	PLAINTEXT | SASL_PLAINTEXT | SASL_SSL) ;;
+	*) die "KAFKA_REF_SECURITY_PROTOCOL=$proto: want PLAINTEXT, SASL_PLAINTEXT or SASL_SSL" ;;
+	esac
 	if pid_alive "$pidf"; then
 		die "reference broker already running in $dir (pid $(cat "$pidf"))"
 	fi
@@ -110,11 +122,11 @@ cmd_ref_start() {
 		process.roles=broker,controller
 		node.id=1
 		controller.quorum.voters=1@127.0.0.1:$cport
-		listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-		advertised.listeners=PLAINTEXT://127.0.0.1:$port
+		listeners=$proto://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+		advertised.listeners=$proto://127.0.0.1:$port
 		controller.listener.names=CONTROLLER
-		inter.broker.listener.name=PLAINTEXT
-		listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+		inter.broker.listener.name=$proto
+		listener.security.protocol.map=CONTROLLER:PLAINTEXT,$proto:$proto
 		log.dirs=$dir/logs
 		num.partitions=1
 		auto.create.topics.enable=true
@@ -139,12 +151,32 @@ cmd_ref_start() {
 	# KAFKA_REF_EXTRA_PROPS: extra server properties, space-separated key=value (e.g. the
 	# equal-durability run: log.flush.interval.messages=1).
 	for kv in ${KAFKA_REF_EXTRA_PROPS:-}; do echo "$kv" >>"$props"; done
+	if [[ "$proto" == SASL_* ]]; then
+		local user=${KAFKA_REF_SASL_USER:?KAFKA_REF_SASL_USER is required with $proto}
+		local pw=${KAFKA_REF_SASL_PASSWORD:?KAFKA_REF_SASL_PASSWORD is required with $proto}
+		local lname
+		lname=$(echo "$proto" | tr 'A-Z' 'a-z')
+		cat >>"$props" <<-EOF
+			sasl.enabled.mechanisms=SCRAM-SHA-512
+			sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+			listener.name.$lname.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="$user" password="$pw";
+		EOF
+		scram=(--add-scram "SCRAM-SHA-512=[name=$user,password=$pw]")
+	fi
+	if [[ "$proto" == SASL_SSL ]]; then
+		cat >>"$props" <<-EOF
+			ssl.keystore.type=PEM
+			ssl.keystore.location=${KAFKA_REF_SSL_KEYSTORE:?KAFKA_REF_SSL_KEYSTORE is required with SASL_SSL}
+			ssl.truststore.type=PEM
+			ssl.truststore.location=${KAFKA_REF_SSL_TRUSTSTORE:?KAFKA_REF_SSL_TRUSTSTORE is required with SASL_SSL}
+		EOF
+	fi
 	if [[ ! -f "$dir/logs/meta.properties" ]]; then
 		# Static voters (controller.quorum.voters), so no --standalone. Re-running ref-start on a
 		# formatted dir restarts the same cluster (used by the kill -9 tests).
 		local cid
 		cid=$(KAFKA_TOOLS_HEAP=256m cmd_run_sub kafka.tools.StorageTool random-uuid)
-		KAFKA_TOOLS_HEAP=256m cmd_run_sub kafka.tools.StorageTool format -t "$cid" -c "$props" >"$dir/format.out" 2>&1 ||
+		KAFKA_TOOLS_HEAP=256m cmd_run_sub kafka.tools.StorageTool format -t "$cid" -c "$props" "${scram[@]}" >"$dir/format.out" 2>&1 ||
 			{ cat "$dir/format.out" >&2; die "cannot format KRaft storage in $dir"; }
 	fi
 	[[ -f "$out" ]] && mv -f "$out" "$out.prev"

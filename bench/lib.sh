@@ -12,6 +12,11 @@
 #   machine_note [dir]                             one line: cores, memory, kernel, load, fsync
 #                                                  latency of the filesystem holding dir
 #   disk_probe <dir> <MiB>                         "fsync_p50_ms fsync_p99_ms seq_fsync_MBps"
+#   security_setup <plaintext|sasl_plaintext|sasl_ssl> <dir>
+#                                                  the listener type broker_start gives both
+#                                                  brokers (SCRAM-SHA-512 user, TLS material made
+#                                                  here) and $sec_client_cfg, the Java clients'
+#                                                  client.properties ("" for plaintext)
 
 # free_port: a loopback port p with p+1 free too (the reference Kafka broker's controller listens
 # on port+1). Still a race with other processes' ephemeral ports; bench/run retries a failed start.
@@ -37,13 +42,66 @@ reset_peak_rss() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
 
 pid=""
 
+bench_security=plaintext sec_client_cfg="" sec_keystore="" sec_user=bench sec_password=""
+
+# security_setup <mode> <dir>: S1-style measurements over SASL listeners. Both brokers get one
+# listener of that type (SASL is SCRAM-SHA-512, the mechanism the Java tools' client.properties
+# of an operator usually names): kaas through `kaas credentials add` before it starts, Apache
+# Kafka through `kafka-storage format --add-scram` (bench/kafka-tools.sh). The TLS material (a CA
+# and a server certificate for 127.0.0.1, EC P-256, valid two days) is generated here for this
+# run only and removed with $work; the Java clients trust the CA as a PEM truststore.
+security_setup() {
+	bench_security=$1
+	local dir=$2 proto
+	case "$bench_security" in
+	plaintext) return 0 ;;
+	sasl_plaintext) proto=SASL_PLAINTEXT ;;
+	sasl_ssl) proto=SASL_SSL ;;
+	*) echo "security_setup: unknown mode $bench_security (plaintext, sasl_plaintext or sasl_ssl)" >&2; return 2 ;;
+	esac
+	mkdir -p "$dir"
+	sec_password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+	sec_client_cfg="$dir/client.properties"
+	{
+		echo "security.protocol=$proto"
+		echo "sasl.mechanism=SCRAM-SHA-512"
+		echo "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"$sec_user\" password=\"$sec_password\";"
+	} >"$sec_client_cfg"
+	export KAFKA_REF_SECURITY_PROTOCOL=$proto KAFKA_REF_SASL_USER=$sec_user KAFKA_REF_SASL_PASSWORD=$sec_password
+	if [[ "$bench_security" == sasl_ssl ]]; then
+		command -v openssl >/dev/null || { echo "security_setup: sasl_ssl needs openssl" >&2; return 1; }
+		local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+		openssl req -x509 "${ec[@]}" -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 2 -subj /CN=kaas-bench-CA \
+			-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+		openssl req "${ec[@]}" -keyout "$dir/server.key" -out "$dir/server.csr" -subj /CN=localhost 2>/dev/null
+		printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n' >"$dir/server.ext"
+		openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
+			-extfile "$dir/server.ext" -out "$dir/server.pem" 2>/dev/null
+		sec_keystore="$dir/keystore.pem"
+		cat "$dir/server.pem" "$dir/server.key" >"$sec_keystore"
+		chmod 600 "$sec_keystore" "$dir/ca.key" "$dir/server.key"
+		printf 'ssl.truststore.type=PEM\nssl.truststore.location=%s\n' "$dir/ca.pem" >>"$sec_client_cfg"
+		export KAFKA_REF_SSL_KEYSTORE=$sec_keystore KAFKA_REF_SSL_TRUSTSTORE=$dir/ca.pem
+	fi
+}
+
 broker_start() {
 	local b=$1 port=$2
 	case "$b" in
 	kaas)
 		rm -rf "$work/kaas"; mkdir -p "$work/kaas"
-		"${KAAS_BIN:-./bin/kaas}" --listeners=127.0.0.1:$port --data.dir="$work/kaas" --metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
-			>"$work/kaas.log" 2>&1 &
+		local listen=127.0.0.1:$port sec_args=()
+		case "$bench_security" in
+		sasl_plaintext) listen=SASL_PLAINTEXT://127.0.0.1:$port ;;
+		sasl_ssl) listen=SASL_SSL://127.0.0.1:$port sec_args=(--ssl.keystore.location="$sec_keystore") ;;
+		esac
+		if [[ "$bench_security" != plaintext ]]; then
+			sec_args+=(--sasl.enabled.mechanisms=SCRAM-SHA-512)
+			"${KAAS_BIN:-./bin/kaas}" credentials add --data.dir="$work/kaas" --user="$sec_user" --mechanism=SCRAM-SHA-512 \
+				--password="$sec_password" >"$work/kaas-credentials.log" 2>&1 || { cat "$work/kaas-credentials.log" >&2; return 1; }
+		fi
+		"${KAAS_BIN:-./bin/kaas}" --listeners="$listen" --data.dir="$work/kaas" --metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
+			"${sec_args[@]}" >"$work/kaas.log" 2>&1 &
 		pid=$!
 		for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && return 0; sleep 0.1; done
 		kill -KILL "$pid" 2>/dev/null || true

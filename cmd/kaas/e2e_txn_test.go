@@ -176,7 +176,8 @@ type e2eTxnRec struct {
 // e2eTxnReadAll reads every partition of topic from the start with the given isolation level
 // until each partition's position reaches its high watermark. Control records are kept (and
 // dropped here) so that a partition ending in a commit/abort marker is seen to be fully read.
-func e2eTxnReadAll(t *testing.T, addr, topic string, hwm map[int32]int64, iso int8, timeout time.Duration) []e2eTxnRec {
+// opts are added to the reader's client (TLS and SASL for a secured listener).
+func e2eTxnReadAll(t *testing.T, addr, topic string, hwm map[int32]int64, iso int8, timeout time.Duration, opts ...kgo.Opt) []e2eTxnRec {
 	t.Helper()
 	level := kgo.ReadUncommitted()
 	if iso == e2eTxnReadCommitted {
@@ -194,8 +195,8 @@ func e2eTxnReadAll(t *testing.T, addr, topic string, hwm map[int32]int64, iso in
 	if len(parts) == 0 {
 		return recs
 	}
-	cl := e2eTxnClient(t, addr, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))
+	cl := e2eTxnClient(t, addr, append([]kgo.Opt{kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords(), kgo.FetchMaxWait(200 * time.Millisecond)}, opts...)...)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
