@@ -6,15 +6,21 @@ import (
 	"time"
 )
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// taken returns a channel and a function for a handler to call when it has taken items: the
+// first call closes the channel, so a test waits on the drainer's progress with no polling.
+func taken() (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(ch) }) }
+}
+
+// await waits for ch with a deadline.
+func await(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -94,10 +100,11 @@ func TestQueueTryPushRejectsWhenFullAndCounts(t *testing.T) {
 
 func TestQueueByteBound(t *testing.T) {
 	release := make(chan struct{})
+	started, took := taken()
 	q := New(Config[[]byte]{Name: "test_bytes", MaxBytes: 10, Size: func(b []byte) int64 { return int64(len(b)) }},
-		func([][]byte) { <-release })
+		func([][]byte) { took(); <-release })
 	q.Push([]byte("x")) // occupies the drainer
-	waitFor(t, "drainer to take the first item", func() bool { return q.Len() == 0 })
+	await(t, "drainer to take the first item", started)
 	if !q.TryPush(make([]byte, 64)) {
 		t.Fatal("an oversized item must be admitted into an empty queue")
 	}
@@ -116,7 +123,9 @@ func TestQueueBatchHandsEverythingQueued(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var sizes []int
+	started, took := taken()
 	q := New(Config[int]{Name: "test_batch", Batch: true}, func(b []int) {
+		took()
 		mu.Lock()
 		sizes = append(sizes, len(b))
 		first := len(sizes) == 1
@@ -126,7 +135,7 @@ func TestQueueBatchHandsEverythingQueued(t *testing.T) {
 		}
 	})
 	q.Push(0)
-	waitFor(t, "drainer to take the first batch", func() bool { return q.Len() == 0 })
+	await(t, "drainer to take the first batch", started)
 	for i := 1; i <= 5; i++ {
 		q.Push(i)
 	}
