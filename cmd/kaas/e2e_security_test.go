@@ -66,6 +66,32 @@ func e2eTestCA(t *testing.T, dir string) (keystore, truststore string) {
 	return keystore, truststore
 }
 
+// e2eCredentialsAdd runs `kaas credentials add` (the broker may or may not be running).
+func e2eCredentialsAdd(t *testing.T, dataDir, user, mech, pw string) {
+	t.Helper()
+	out := e2eRunCmd(t, 30*time.Second, "", e2eKaasBin, "credentials", "add", "--data.dir="+dataDir,
+		"--user="+user, "--mechanism="+mech, "--password="+pw)
+	if !strings.Contains(out, "stored "+mech) {
+		t.Fatalf("kaas credentials add %s: %q", user, out)
+	}
+}
+
+// e2eSCRAMClientProps writes a Java client.properties for SASL_SSL with SCRAM-SHA-512 (as an
+// operator writes it) into dir and returns its path; truststore is the test CA's PEM.
+func e2eSCRAMClientProps(t *testing.T, dir, truststore, user, pw string) string {
+	t.Helper()
+	p := filepath.Join(dir, user+".properties")
+	body := "security.protocol=SASL_SSL\n" +
+		"sasl.mechanism=SCRAM-SHA-512\n" +
+		`sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="` + user + `" password="` + pw + "\";\n" +
+		"ssl.truststore.type=PEM\n" +
+		"ssl.truststore.location=" + truststore + "\n"
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // TestE2ESecuritySASLSSL: the first user is created with `kaas credentials add` before the broker
 // starts; Apache's kafka-configs adds a SCRAM-SHA-512 user over SASL_SSL (client.properties, as an
 // operator writes it); kafka-producer-perf-test produces as that user; kcat produces and consumes
@@ -79,15 +105,7 @@ func TestE2ESecuritySASLSSL(t *testing.T) {
 	ks, ts := e2eTestCA(t, dir)
 	saslAddr := fmt.Sprintf("127.0.0.1:%d", e2eFreePort(t))
 
-	credsAdd := func(user, mech, pw string) {
-		t.Helper()
-		out := e2eRunCmd(t, 30*time.Second, "", e2eKaasBin, "credentials", "add", "--data.dir="+dataDir,
-			"--user="+user, "--mechanism="+mech, "--password="+pw)
-		if !strings.Contains(out, "stored "+mech) {
-			t.Fatalf("kaas credentials add: %q", out)
-		}
-	}
-	credsAdd("admin", "SCRAM-SHA-512", "admin-pw")
+	e2eCredentialsAdd(t, dataDir, "admin", "SCRAM-SHA-512", "admin-pw")
 
 	e2eKaasListeners = func(plain string) string { return "PLAINTEXT://" + plain + ",SASL_SSL://" + saslAddr }
 	e2eExtraKaasArgs = []string{"--data.dir=" + dataDir, "--ssl.keystore.location=" + ks,
@@ -95,18 +113,7 @@ func TestE2ESecuritySASLSSL(t *testing.T) {
 	t.Cleanup(func() { e2eKaasListeners, e2eExtraKaasArgs = nil, nil })
 	startKaas(t)
 
-	props := func(user, pw string) string {
-		p := filepath.Join(dir, user+".properties")
-		body := "security.protocol=SASL_SSL\n" +
-			"sasl.mechanism=SCRAM-SHA-512\n" +
-			`sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="` + user + `" password="` + pw + "\";\n" +
-			"ssl.truststore.type=PEM\n" +
-			"ssl.truststore.location=" + ts + "\n"
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	props := func(user, pw string) string { return e2eSCRAMClientProps(t, dir, ts, user, pw) }
 	adminProps := props("admin", "admin-pw")
 
 	steps := newE2EStepTimer(t)
@@ -171,7 +178,7 @@ func TestE2ESecuritySASLSSL(t *testing.T) {
 	steps.done("kcat SASL_SSL produce + consume")
 
 	// A user added while the broker runs logs in without a restart.
-	credsAdd("late", "SCRAM-SHA-512", "late-pw")
+	e2eCredentialsAdd(t, dataDir, "late", "SCRAM-SHA-512", "late-pw")
 	out = e2eRunCmd(t, 60*time.Second, "", kcat, kc("late", "late-pw", "-L", "-t", ktopic)...)
 	if !strings.Contains(out, ktopic) {
 		t.Fatalf("kcat -L as a user added at runtime: %q", out)

@@ -31,32 +31,15 @@ func TestE2ETxnAbortNeedsClusterAction(t *testing.T) {
 	dataDir := filepath.Join(dir, "data")
 	ks, ts := e2eTestCA(t, dir)
 	saslAddr := fmt.Sprintf("127.0.0.1:%d", e2eFreePort(t))
-	for _, u := range [][2]string{{"admin", "admin-pw"}, {"alice", "alice-pw"}} {
-		out := e2eRunCmd(t, 30*time.Second, "", e2eKaasBin, "credentials", "add", "--data.dir="+dataDir,
-			"--user="+u[0], "--mechanism=SCRAM-SHA-512", "--password="+u[1])
-		if !strings.Contains(out, "stored SCRAM-SHA-512") {
-			t.Fatalf("kaas credentials add %s: %q", u[0], out)
-		}
-	}
+	e2eCredentialsAdd(t, dataDir, "admin", "SCRAM-SHA-512", "admin-pw")
+	e2eCredentialsAdd(t, dataDir, "alice", "SCRAM-SHA-512", "alice-pw")
 	e2eKaasListeners = func(plain string) string { return "PLAINTEXT://" + plain + ",SASL_SSL://" + saslAddr }
 	e2eExtraKaasArgs = []string{"--data.dir=" + dataDir, "--ssl.keystore.location=" + ks,
 		"--sasl.enabled.mechanisms=SCRAM-SHA-512", "--authorizer.class.name=acl", "--super.users=User:admin"}
 	t.Cleanup(func() { e2eKaasListeners, e2eExtraKaasArgs = nil, nil })
 	startKaas(t)
 
-	props := func(user, pw string) string {
-		p := filepath.Join(dir, user+".properties")
-		body := "security.protocol=SASL_SSL\n" +
-			"sasl.mechanism=SCRAM-SHA-512\n" +
-			`sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="` + user + `" password="` + pw + "\";\n" +
-			"ssl.truststore.type=PEM\n" +
-			"ssl.truststore.location=" + ts + "\n"
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	adminProps, aliceProps := props("admin", "admin-pw"), props("alice", "alice-pw")
+	adminProps, aliceProps := e2eSCRAMClientProps(t, dir, ts, "admin", "admin-pw"), e2eSCRAMClientProps(t, dir, ts, "alice", "alice-pw")
 	pool := x509.NewCertPool()
 	if pem, err := os.ReadFile(ts); err != nil || !pool.AppendCertsFromPEM(pem) {
 		t.Fatalf("cannot load the test CA %s: %v", ts, err)
