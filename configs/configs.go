@@ -68,6 +68,7 @@ type Config struct {
 	TransactionalIDExpiration time.Duration
 
 	Security // listeners, TLS and SASL (security.go)
+	Cluster  // cluster mode (cluster.go)
 	// AuthorizerClassName is authorizer.class.name: empty allows everything; Apache's
 	// org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "acl") enables ACLs.
 	AuthorizerClassName  string
@@ -125,6 +126,7 @@ func Default() Config {
 		TransactionalIDExpiration: 7 * 24 * time.Hour,
 
 		Security: defaultSecurity(),
+		Cluster:  defaultCluster(),
 	}
 }
 
@@ -193,7 +195,7 @@ func (c *Config) entries() []entry {
 		{"authorizer.class.name", kString, &c.AuthorizerClassName, "empty allows everything; org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl) enforces ACLs", false},
 		{"super.users", kString, &c.SuperUsers, "principals allowed everything, ';'-separated (User:admin;User:broker)", false},
 		{"allow.everyone.if.no.acl.found", kBool, &c.AllowEveryoneIfNoACL, "allow a resource no ACL binding covers", false},
-	}, c.securityEntries()...)
+	}, append(c.securityEntries(), c.clusterEntries()...)...)
 }
 
 func (e entry) set(v string) error {
@@ -374,6 +376,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 func (c *Config) Validate() error {
 	var errs []error
 	errs = append(errs, c.validateSecurity()...)
+	errs = append(errs, c.validateCluster()...)
 	if c.BrokerID < 0 {
 		errs = append(errs, errors.New("broker.id must be >= 0"))
 	}
