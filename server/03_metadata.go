@@ -71,20 +71,26 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 	}
 
 	store := s.deps.Store
-	// Replicas and ISR are [leader]; the encoder only reads them, so partitions led by the same
-	// broker share one slice (a single broker allocates one for the whole response).
-	var sets [][]int32
-	replicaSet := func(id int32) []int32 {
-		for _, set := range sets {
-			if set[0] == id {
-				return set
-			}
+	// Replicas and ISR are the leader and its failover candidates (replicaList); the encoder only
+	// reads them, so partitions with the same leader and factor share one slice (a single broker
+	// allocates one for the whole response).
+	type setKey struct {
+		leader int32
+		rf     int16
+	}
+	sets := map[setKey][]int32{}
+	replicaSet := func(id int32, rf int16) []int32 {
+		k := setKey{id, rf}
+		if set, ok := sets[k]; ok {
+			return set
 		}
-		set := []int32{id}
-		sets = append(sets, set)
+		set := replicaList(id, rf, brokers)
+		sets[k] = set
 		return set
 	}
+	admin := s.topics()
 	addPartitions := func(mt *kmsg.MetadataResponseTopic, name string, n int32) {
+		rf := admin.ReplicationFactor(name)
 		mt.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, n)
 		for p := int32(0); p < n; p++ {
 			mp := kmsg.NewMetadataResponseTopicPartition()
@@ -97,7 +103,7 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 			}
 			if leader {
 				mp.Leader = o.Broker
-				mp.Replicas = replicaSet(o.Broker)
+				mp.Replicas = replicaSet(o.Broker, rf)
 				mp.ISR = mp.Replicas
 			} else {
 				mp.Leader = -1
@@ -187,7 +193,7 @@ func handleMetadata(rc *reqCtx) (kmsg.Response, error) {
 				continue
 			}
 			var err error
-			t, err = store.CreateTopic(name, s.cfg.NumPartitions, nil)
+			t, err = admin.CreateTopic(name, s.cfg.NumPartitions, -1, nil)
 			switch {
 			case err == nil:
 				s.log.Info("auto-created topic", zap.String("topic", name), zap.Int32("partitions", s.cfg.NumPartitions))

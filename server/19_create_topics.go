@@ -32,6 +32,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -104,7 +105,7 @@ func createOneTopic(rc *reqCtx, req *kmsg.CreateTopicsRequest, rt *kmsg.CreateTo
 			fmt.Sprintf("Topic '%s' collides with existing topic '%s': '.' and '_' are interchangeable in metric names.", rt.Topic, other))
 		return
 	}
-	partitions, code, msg := createPartitionCount(rc, rt)
+	partitions, rf, code, msg := createPartitionCount(rc, rt)
 	if code != codec.CodeNone {
 		setCreateErr(st, code, msg)
 		return
@@ -124,10 +125,10 @@ func createOneTopic(rc *reqCtx, req *kmsg.CreateTopicsRequest, rt *kmsg.CreateTo
 	}
 
 	if req.ValidateOnly {
-		fillCreated(rc, req, st, partitions, effective, kv)
+		fillCreated(rc, req, st, partitions, rf, effective, kv)
 		return
 	}
-	t, err := store.CreateTopic(rt.Topic, partitions, kv)
+	t, err := rc.s.topics().CreateTopic(rt.Topic, partitions, rf, kv)
 	if err != nil {
 		code := storage.ErrorCode(err)
 		if code == codec.CodeKafkaStorageError {
@@ -139,17 +140,17 @@ func createOneTopic(rc *reqCtx, req *kmsg.CreateTopicsRequest, rt *kmsg.CreateTo
 	rc.s.log.Info("created topic", zap.String("topic", t.Name), zap.Int32("partitions", t.NumPartitions()),
 		zap.Any("configs", kv))
 	st.TopicID = t.ID
-	fillCreated(rc, req, st, t.NumPartitions(), t.Config(), t.Overrides())
+	fillCreated(rc, req, st, t.NumPartitions(), rf, t.Config(), t.Overrides())
 }
 
 // fillCreated sets the v5+ description of a created (or validated) topic. The configs need
 // DESCRIBE_CONFIGS on the topic, as in Apache; without it ConfigErrorCode carries the denial.
-func fillCreated(rc *reqCtx, req *kmsg.CreateTopicsRequest, st *kmsg.CreateTopicsResponseTopic, partitions int32, cfg storage.TopicConfig, overrides map[string]string) {
+func fillCreated(rc *reqCtx, req *kmsg.CreateTopicsRequest, st *kmsg.CreateTopicsResponseTopic, partitions int32, rf int16, cfg storage.TopicConfig, overrides map[string]string) {
 	if req.Version < 5 {
 		return
 	}
 	st.NumPartitions = partitions
-	st.ReplicationFactor = 1
+	st.ReplicationFactor = rf
 	if !rc.authorized(OpDescribeConfigs, ResTopic, st.Topic) {
 		st.ConfigErrorCode = codec.CodeTopicAuthorizationFailed
 		return
@@ -164,66 +165,72 @@ func fillCreated(rc *reqCtx, req *kmsg.CreateTopicsRequest, st *kmsg.CreateTopic
 	}
 }
 
-// createPartitionCount resolves the partition count of a CreateTopics entry and checks the
-// replication settings against our single broker.
-func createPartitionCount(rc *reqCtx, rt *kmsg.CreateTopicsRequestTopic) (int32, int16, string) {
+// createPartitionCount resolves the partition count and replication factor of a CreateTopics
+// entry, checking them against the registered brokers.
+func createPartitionCount(rc *reqCtx, rt *kmsg.CreateTopicsRequestTopic) (int32, int16, int16, string) {
 	if len(rt.ReplicaAssignment) > 0 {
 		if rt.NumPartitions != -1 || rt.ReplicationFactor != -1 {
-			return 0, codec.CodeInvalidRequest,
+			return 0, 0, codec.CodeInvalidRequest,
 				"NumPartitions and ReplicationFactor must be -1 when a replica assignment is given."
 		}
 		n := int32(len(rt.ReplicaAssignment))
 		seen := make([]bool, n)
+		rf := int16(0)
 		for _, a := range rt.ReplicaAssignment {
 			if a.Partition < 0 || a.Partition >= n || seen[a.Partition] {
-				return 0, codec.CodeInvalidReplicaAssignment,
+				return 0, 0, codec.CodeInvalidReplicaAssignment,
 					fmt.Sprintf("The assigned partitions must be 0..%d, each once; got partition %d.", n-1, a.Partition)
 			}
 			seen[a.Partition] = true
 			if code, msg := checkReplicas(rc, a.Replicas); code != codec.CodeNone {
-				return 0, code, fmt.Sprintf("Partition %d: %s", a.Partition, msg)
+				return 0, 0, code, fmt.Sprintf("Partition %d: %s", a.Partition, msg)
 			}
+			if rf != 0 && int(rf) != len(a.Replicas) {
+				return 0, 0, codec.CodeInvalidReplicaAssignment, "Every partition must have the same number of replicas."
+			}
+			rf = int16(len(a.Replicas))
 		}
-		return n, codec.CodeNone, ""
+		return n, rf, codec.CodeNone, ""
 	}
 	n := rt.NumPartitions
 	switch {
 	case n == -1:
 		n = rc.s.cfg.NumPartitions
 	case n <= 0:
-		return 0, codec.CodeInvalidPartitions,
+		return 0, 0, codec.CodeInvalidPartitions,
 			fmt.Sprintf("The number of partitions must be positive, or -1 for the broker default; got %d.", n)
 	}
-	switch rf := rt.ReplicationFactor; {
-	case rf == -1 || rf == 1:
-	case rf <= 0:
-		return 0, codec.CodeInvalidReplicationFactor,
-			fmt.Sprintf("The replication factor must be positive, or -1 for the broker default; got %d.", rf)
-	default:
-		return 0, codec.CodeInvalidReplicationFactor,
-			fmt.Sprintf("Replication factor: %d larger than available brokers: 1.", rf)
+	code, msg, rf := checkReplicationFactor(rt.ReplicationFactor, len(rc.s.topics().Registered()))
+	if code != codec.CodeNone {
+		return 0, 0, code, msg
 	}
-	return n, codec.CodeNone, ""
+	return n, rf, codec.CodeNone, ""
 }
 
-// checkReplicas accepts only a replica list that is exactly this broker (shared by CreateTopics
-// and CreatePartitions).
+// checkReplicas accepts a replica list of distinct registered brokers (shared by CreateTopics
+// and CreatePartitions). On a single broker that is exactly [this broker]. In a cluster the
+// controller places leaders itself (the volume is the replica), so the list only sets the
+// replication factor.
 func checkReplicas(rc *reqCtx, replicas []int32) (int16, string) {
-	id := rc.s.cfg.BrokerID
-	if len(replicas) == 1 && replicas[0] == id {
-		return codec.CodeNone, ""
-	}
+	reg := rc.s.topics().Registered()
 	if len(replicas) == 0 {
 		return codec.CodeInvalidReplicaAssignment, "the replica list is empty."
 	}
+	seen := make(map[int32]bool, len(replicas))
 	for _, r := range replicas {
-		if r != id {
-			return codec.CodeInvalidReplicaAssignment,
-				fmt.Sprintf("broker %d does not exist; the only broker is %d.", r, id)
+		if !slices.Contains(reg, r) {
+			if len(reg) == 1 {
+				return codec.CodeInvalidReplicaAssignment,
+					fmt.Sprintf("broker %d does not exist; the only broker is %d.", r, reg[0])
+			}
+			return codec.CodeInvalidReplicaAssignment, fmt.Sprintf("broker %d is not registered; brokers are %v.", r, reg)
 		}
+		if seen[r] {
+			return codec.CodeInvalidReplicaAssignment, fmt.Sprintf("replicas %v name broker %d twice.", replicas, r)
+		}
+		seen[r] = true
 	}
-	return codec.CodeInvalidReplicaAssignment,
-		fmt.Sprintf("replicas %v: a partition has one replica, on broker %d.", replicas, id)
+	return codec.CodeNone, ""
 }
 
 // collidingTopic returns an existing topic whose name differs from name only by '.' versus '_'

@@ -119,7 +119,7 @@ func deleteOneTopic(rc *reqCtx, version int16, w *kmsg.DeleteTopicsRequestTopic,
 	}
 	name, id := t.Name, t.ID
 	st.Topic, st.TopicID = &name, id
-	if err := store.DeleteTopic(name); err != nil {
+	if err := rc.s.topics().DeleteTopic(name); err != nil {
 		if errors.Is(err, storage.ErrUnknownTopic) {
 			// Deleted concurrently by another request.
 			if byName {

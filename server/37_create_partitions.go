@@ -87,7 +87,7 @@ func createPartitionsOne(rc *reqCtx, validateOnly bool, rt *kmsg.CreatePartition
 	if validateOnly {
 		return codec.CodeNone, ""
 	}
-	if err := store.CreatePartitions(rt.Topic, rt.Count); err != nil {
+	if err := rc.s.topics().CreatePartitions(rt.Topic, rt.Count); err != nil {
 		code := storage.ErrorCode(err)
 		if code == codec.CodeKafkaStorageError {
 			rc.s.log.Error("cannot create partitions", zap.String("topic", rt.Topic), zap.Int32("count", rt.Count), zap.Error(err))

@@ -33,6 +33,8 @@ import (
 type Deps struct {
 	Store *storage.Store
 	PIDs  *storage.PIDAllocator
+	// Topics creates, deletes and grows topics (topic_admin.go); nil: the local store.
+	Topics TopicAdmin
 	// Topology answers who leads each partition and coordinates each transaction slot and group
 	// shard, at which epoch and where (topology.go); nil is the single broker: a
 	// topology.Table that owns everything at epoch 0 and lists this broker at its bound address.
