@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -42,8 +41,9 @@ type Broker struct {
 	Markers *MarkerWriter
 	Quotas  *quota.Manager
 
-	log  *zap.Logger
-	lock *storage.DirLock // data.dir/.lock, held from before the first read until close ends
+	log     *zap.Logger
+	lock    *storage.DirLock // data.dir/.lock (cluster: data.dir/__cluster/brokers/b<id>/.lock)
+	cluster *clusterNode     // nil on a single broker
 }
 
 // BrokerOptions are the seams a deployment (or a test) may replace.
@@ -58,6 +58,11 @@ type BrokerOptions struct {
 	Credentials credentials.Store
 	// PrincipalFor, for tests only: see Deps.PrincipalFor.
 	PrincipalFor func(remoteAddr string) string
+	// FailStop is called once, in cluster mode, when the liveness lease deadline passes or the
+	// lease is gone: the broker must stop publishing. nil: log and os.Exit(3), so a supervisor
+	// restarts the broker as a new incarnation. In-process tests pass a hook that crashes the
+	// broker instead.
+	FailStop func(reason string)
 }
 
 // StartBroker opens the data directory and starts serving. Any subsystem that cannot open its
@@ -76,15 +81,43 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)
 	}
-	// Before anything reads or writes the directory: a second broker on it would replay and
-	// delete the live one's journal and WAL and reissue its producer ids.
-	if b.lock, err = storage.LockDir(cfg.DataDir); err != nil {
-		return nil, err
-	}
 	clusterDir := filepath.Join(cfg.DataDir, "__cluster")
-	clusterID, err := loadOrCreateClusterID(clusterDir)
-	if err != nil {
-		return nil, err
+	var clusterID string
+	if cfg.ClusterMode() {
+		// Cluster mode: every refusal (etcd unreachable, another cluster's volume, a volume
+		// that fails its self-test, a broker.id held by a live incarnation) happens in
+		// joinCluster, before this broker writes anything.
+		failStop := opts.FailStop
+		if failStop == nil {
+			failStop = func(reason string) {
+				log.Error("fail-stop: exiting so that nothing more is published", zap.String("reason", reason))
+				_ = log.Sync()
+				os.Exit(3)
+			}
+		}
+		if b.cluster, err = joinCluster(&cfg, log, failStop); err != nil {
+			return nil, err
+		}
+		// A second process with this broker id on this host (etcd refuses it across hosts).
+		lockDir := filepath.Join(clusterDir, "brokers", fmt.Sprintf("b%d", cfg.BrokerID))
+		if err := os.MkdirAll(lockDir, 0o755); err != nil {
+			return nil, fmt.Errorf("cannot create %s: %w", lockDir, err)
+		}
+		if b.lock, err = storage.LockDir(lockDir); err != nil {
+			return nil, err
+		}
+		if clusterID, err = readClusterID(clusterDir); err != nil {
+			return nil, err
+		}
+	} else {
+		// Before anything reads or writes the directory: a second broker on it would replay and
+		// delete the live one's journal and WAL and reissue its producer ids.
+		if b.lock, err = storage.LockDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		if clusterID, err = loadOrCreateClusterID(clusterDir); err != nil {
+			return nil, err
+		}
 	}
 	featuresEpoch, err := loadFinalizedFeatures(clusterDir, finalizedLevels(cfg.TransactionVersion))
 	if err != nil {
@@ -95,7 +128,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		// Never fall back to an in-memory counter: that would reissue producer ids.
 		return nil, fmt.Errorf("cannot open producer id allocator (refusing to start): %w", err)
 	}
-	if b.Store, err = storage.Open(storage.Config{
+	scfg := storage.Config{
 		Dir:                    cfg.DataDir,
 		Defaults:               TopicDefaults(cfg),
 		RetentionCheckInterval: cfg.RetentionCheckInterval,
@@ -103,11 +136,26 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		WAL:                    cfg.LogWALEnable,
 		ProducerIDExpiration:   cfg.ProducerIDExpiration,
 		Logger:                 log.Named("storage"),
-	}); err != nil {
+	}
+	if cn := b.cluster; cn != nil {
+		// Partitions open only when the controller gives them to this broker (TakeOver); the WAL
+		// lives on the volume, one directory per incarnation, so a successor can salvage it.
+		scfg.Lazy = true
+		scfg.BrokerID = cfg.BrokerID
+		scfg.Incarnation = cn.incarnation()
+		scfg.WALDir = walDir(cfg.DataDir, cfg.BrokerID, cn.incarnation())
+		scfg.Publish = cn.member.Publishable
+	}
+	if b.Store, err = storage.Open(scfg); err != nil {
 		return nil, fmt.Errorf("cannot open storage: %w", err)
 	}
 	// A corrupt offsets log (not just a torn tail) refuses to start.
-	if b.Offsets, err = storage.OpenGroupStore(cfg.DataDir, log.Named("storage")); err != nil {
+	if b.cluster != nil {
+		b.Offsets, err = storage.OpenGroupStoreCluster(cfg.DataDir, cfg.BrokerID, b.cluster.incarnation(), log.Named("storage"))
+	} else {
+		b.Offsets, err = storage.OpenGroupStore(cfg.DataDir, log.Named("storage"))
+	}
+	if err != nil {
 		return nil, fmt.Errorf("cannot open committed offsets (refusing to start): %w", err)
 	}
 	b.Groups = group.New(GroupConfig(cfg), b.Offsets, log.Named("group"))
@@ -115,6 +163,9 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		return nil, err
 	}
 	topo := opts.Topology
+	if topo == nil && b.cluster != nil {
+		topo = b.cluster.table
+	}
 	if topo == nil {
 		topo = topology.NewTable(topology.Broker{ID: cfg.BrokerID})
 	}
@@ -153,6 +204,9 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	}
 	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn,
 		Markers: b.Markers, FeaturesEpoch: featuresEpoch, Credentials: creds, PrincipalFor: opts.PrincipalFor}
+	if b.cluster != nil {
+		deps.Topics = clusterTopics{cn: b.cluster, store: b.Store}
+	}
 	if b.Quotas, err = quota.New(quota.Config{}, quota.NewFileStore(clusterDir)); err != nil {
 		return nil, fmt.Errorf("cannot open client quotas (refusing to start): %w", err)
 	}
@@ -175,7 +229,22 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		b.Server = nil
 		return nil, err
 	}
+	if b.cluster != nil {
+		if err := b.cluster.start(b); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// Drain hands this broker's partitions, transaction slots and group shards to the other brokers
+// of its cluster (SIGTERM; a rolling restart), waiting at most cluster.drain.timeout.ms. A single
+// broker has nothing to hand over.
+func (b *Broker) Drain() error {
+	if b.cluster == nil {
+		return nil
+	}
+	return b.cluster.drain(b.cluster.cfg.Cluster.DrainTimeout)
 }
 
 // Addr is the bound Kafka listener address.
@@ -190,6 +259,9 @@ func (b *Broker) Close() error {
 
 func (b *Broker) close() error {
 	var errs []error
+	if b.cluster != nil {
+		b.cluster.stop() // no more loads or releases, no controller
+	}
 	if b.Server != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := b.Server.Close(ctx); err != nil {
@@ -219,11 +291,19 @@ func (b *Broker) close() error {
 			errs = append(errs, fmt.Errorf("storage: %w", err))
 		}
 	}
-	if err := b.lock.Close(); err != nil { // last: nothing writes the directory any more
-		errs = append(errs, fmt.Errorf("data dir lock: %w", err))
+	if b.lock != nil {
+		if err := b.lock.Close(); err != nil { // nothing writes the directory any more
+			errs = append(errs, fmt.Errorf("data dir lock: %w", err))
+		}
+	}
+	if b.cluster != nil {
+		b.cluster.leave() // last: successors may take over the moment the lease is gone
 	}
 	return errors.Join(errs...)
 }
+
+// encodeClusterID renders a cluster id as Kafka prints them (base64url, no padding).
+func encodeClusterID(id [16]byte) string { return base64.RawURLEncoding.EncodeToString(id[:]) }
 
 // loadOrCreateClusterID keeps the cluster id (a base64url UUID, as Kafka prints them) stable
 // across restarts; it is written tmp + fsync + rename before first use.
@@ -242,13 +322,7 @@ func loadOrCreateClusterID(dir string) (string, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("cannot read %s: %w", path, err)
 	}
-	var id [16]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return "", err
-	}
-	id[6] = id[6]&0x0f | 0x40
-	id[8] = id[8]&0x3f | 0x80
-	meta.ClusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	meta.ClusterID = newClusterID()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cannot create %s: %w", dir, err)
 	}

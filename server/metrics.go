@@ -19,6 +19,7 @@ var (
 	mMutedWaits  = metrics.NewCounter(`kaas_quota_muted_waits_total`)
 	mBadRequests = metrics.NewCounter(`kaas_requests_malformed_total`)
 	mPanics      = metrics.NewCounter(`kaas_handler_panics_total`)
+	mFailStops   = metrics.NewCounter(`kaas_cluster_broker_failstops_total`)
 	// mSlowConsumerCloses counts connections closed for unread responses over
 	// connection.max.outbound.bytes (conn.noteOutbound).
 	mSlowConsumerCloses = metrics.NewCounter(`kaas_slow_consumer_closes_total`)

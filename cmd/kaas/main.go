@@ -1,4 +1,5 @@
-// Command kaas runs one Kafka-wire-compatible broker.
+// Command kaas runs one Kafka-wire-compatible broker, alone or as a member of a cluster
+// (cluster.etcd.endpoints).
 //
 //	kaas [--config=server.properties] [--key=value ...]
 //	kaas credentials add --data.dir=DIR --user=NAME --mechanism=SCRAM-SHA-256 --password=PW
@@ -73,6 +74,14 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig
 	log.Info("shutting down", zap.String("signal", s.String()))
+	if s == syscall.SIGTERM {
+		// Cluster mode: hand partitions and coordinators over first (a graceful handover each,
+		// no scan, no rebalance), as Kafka's controlled shutdown does. A single broker returns
+		// at once.
+		if err := b.Drain(); err != nil {
+			log.Warn("drain incomplete", zap.Error(err))
+		}
+	}
 	if err := b.Close(); err != nil {
 		log.Warn("shutdown", zap.Error(err))
 	}
