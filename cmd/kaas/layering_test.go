@@ -77,3 +77,27 @@ func TestImportLayering(t *testing.T) {
 		t.Fatal("go list returned no imports")
 	}
 }
+
+// TestBinaryDoesNotLinkEtcdServer guards the cluster design's split: the broker talks to etcd
+// through the client only; the etcd server (raft, bbolt) is linked into test binaries alone,
+// through coord/cluster/etcdtest, which only _test.go files import.
+func TestBinaryDoesNotLinkEtcdServer(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/kaas-go/kaas/cmd/kaas").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	sawClient := false
+	for _, d := range deps {
+		switch {
+		case strings.HasPrefix(d, "go.etcd.io/etcd/server/"), strings.HasPrefix(d, "go.etcd.io/raft/"),
+			strings.HasPrefix(d, "go.etcd.io/bbolt"), d == "github.com/kaas-go/kaas/coord/cluster/etcdtest":
+			t.Errorf("cmd/kaas links %s; the etcd server belongs to tests only", d)
+		case strings.HasPrefix(d, "go.etcd.io/etcd/client/v3"):
+			sawClient = true
+		}
+	}
+	if !sawClient {
+		t.Error("cmd/kaas does not link go.etcd.io/etcd/client/v3: cluster mode is not wired")
+	}
+}
