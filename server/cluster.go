@@ -97,10 +97,13 @@ func joinCluster(cfg *configs.Config, log *zap.Logger, failStop func(string)) (*
 	if clusterID == "" {
 		// A fresh volume joins the cluster id etcd already has, or proposes a new one; Join
 		// creates it in etcd only if still absent, so two first brokers agree on one id.
-		if clusterID, err = cluster.ClusterID(ctx, be, cn.prefix); err != nil {
-			return nil, fmt.Errorf("cannot read the cluster id from etcd: %w", err)
+		kvs, _, err := be.Get(ctx, cluster.ClusterIDKey(cn.prefix), false)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the cluster id from etcd (refusing to start): %w", err)
 		}
-		if clusterID == "" {
+		if len(kvs) == 1 {
+			clusterID = string(kvs[0].Value)
+		} else {
 			clusterID = newClusterID()
 		}
 	}
@@ -606,4 +609,15 @@ func newClusterID() string {
 	id[6] = id[6]&0x0f | 0x40
 	id[8] = id[8]&0x3f | 0x80
 	return encodeClusterID(id)
+}
+
+// crash stops the broker the way kill -9 looks to the rest of the cluster: no drain, no release
+// records, the lease is not revoked but left to expire (the member stops renewing it). The
+// fail-stop hook of in-process tests and the tests' crash of a leader use it.
+func (b *Broker) crash() {
+	if cn := b.cluster; cn != nil {
+		cn.failed.Store(true)
+		cn.member.Abandon()
+	}
+	_ = b.close()
 }
