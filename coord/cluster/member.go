@@ -496,5 +496,12 @@ func (m *Member) Leave(ctx context.Context) error {
 	return nil
 }
 
+// State is the state last written to brokers/<id> (StateAlive at Join).
+func (m *Member) State() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state
+}
+
 // Done is closed at fail-stop or Leave.
 func (m *Member) Done() <-chan struct{} { return m.done }

@@ -80,7 +80,7 @@ func TestJoinRegistersBrokerAndClusterID(t *testing.T) {
 		t.Fatal(err)
 	}
 	bs, _, _ = ListBrokers(ctx, f, testPrefix)
-	if len(bs) != 1 || bs[0].State != StateDraining || bs[0].CreateRev != m.CreateRev() {
+	if len(bs) != 1 || bs[0].State != StateDraining || bs[0].CreateRev != m.CreateRev() || m.State() != StateDraining {
 		t.Fatalf("after SetState: %+v", bs)
 	}
 	if !m.Publishable() {
