@@ -496,6 +496,23 @@ func (m *Member) Leave(ctx context.Context) error {
 	return nil
 }
 
+// Abandon stops renewing the lease without revoking it and stops publishing: what a crash
+// (kill -9, host loss) looks like to etcd and to the other brokers, whose successors then wait
+// for the lease to expire (Rule S). In-process tests crash brokers with it.
+func (m *Member) Abandon() {
+	first := false
+	m.endOnce.Do(func() {
+		first = true
+		m.stopped.Store(true)
+		close(m.stop)
+		close(m.done)
+	})
+	if first {
+		m.cancel()
+		m.wg.Wait()
+	}
+}
+
 // State is the state last written to brokers/<id> (StateAlive at Join).
 func (m *Member) State() string {
 	m.mu.Lock()
