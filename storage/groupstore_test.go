@@ -291,7 +291,7 @@ func FuzzGroupStoreDecode(f *testing.F) {
 	f.Add([]byte{2, 1, 'g'})
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ops, err := gsDecodeOps(b)
+		ops, err := gsDecodeOps(b, false)
 		if err != nil {
 			return
 		}
@@ -299,7 +299,7 @@ func FuzzGroupStoreDecode(f *testing.F) {
 		for _, op := range ops {
 			re = gsAppendOp(re, op)
 		}
-		if _, err := gsDecodeOps(re); err != nil {
+		if _, err := gsDecodeOps(re, false); err != nil {
 			t.Fatalf("re-encoding a decoded payload fails: %v", err)
 		}
 	})
