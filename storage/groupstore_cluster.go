@@ -44,6 +44,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -598,4 +599,105 @@ func (s *GroupStore) roll() error {
 		s.log.Warn("cannot sync offset store directory after deleting logs", zap.String("dir", s.dir), zap.Error(err))
 	}
 	return nil
+}
+
+// RemoveDeadGroupLogs deletes the offset logs of a dead broker incarnation (brokerID, inc)
+// whose every op is covered by a newer checkpoint: for the op's shard, the newest checkpoint
+// has a higher epoch, or the same epoch and a seq at least the op's (§3: a checkpoint of a higher
+// epoch carries everything of the epoch chain, and ops outside the chain are ignored by every
+// load). A log with an op not yet covered is kept, as is one that cannot be read whole. Only
+// for an incarnation that writes no more (its lease is gone); the controller calls it.
+func RemoveDeadGroupLogs(dataDir string, brokerID int32, inc string) (removed int, err error) {
+	dir := filepath.Join(dataDir, "__cluster", gsSubdir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("cannot list offset store directory (%s): %w", dir, err)
+	}
+	type pos struct {
+		epoch int32
+		seq   uint64
+		ok    bool
+	}
+	var newest [GroupShards]pos
+	for _, e := range ents {
+		n, ep, ok := gsParseCkptName(e.Name())
+		if !ok || (newest[n].ok && ep <= newest[n].epoch) {
+			continue
+		}
+		seq, err := gsCkptSeq(filepath.Join(dir, e.Name()), n, ep)
+		if err != nil {
+			return removed, err
+		}
+		newest[n] = pos{ep, seq, true}
+	}
+	for _, e := range ents {
+		b, i, _, ok := gsParseLogName(e.Name())
+		if !ok || b != brokerID || i != inc {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return removed, fmt.Errorf("cannot read offset log (%s): %w", path, err)
+		}
+		covered := len(data) < len(gsClusterHeader) || string(data[:len(gsClusterHeader)]) == gsClusterHeader
+		if covered && len(data) > len(gsClusterHeader) {
+			sc := framelog.Scanner{Format: &gsFormat, Frame: func(_ int, payload []byte) (bool, error) {
+				ops, err := gsDecodeOps(payload, true)
+				if err != nil {
+					return false, fmt.Errorf("%w: %v", framelog.ErrBadFrame, err)
+				}
+				for _, op := range ops {
+					c := newest[op.shard]
+					if !c.ok || c.epoch < op.cepoch || (c.epoch == op.cepoch && c.seq < op.seq) {
+						covered = false
+					}
+				}
+				return true, nil
+			}}
+			res, err := sc.Scan(data, len(gsClusterHeader))
+			if err != nil || res.Damaged {
+				covered = false
+			}
+		}
+		if !covered {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("cannot delete offset log (%s): %w", path, err)
+		}
+		removed++
+		gsLogsDeleted.Inc()
+	}
+	if removed > 0 {
+		if err := SyncDir(dir); err != nil {
+			return removed, fmt.Errorf("cannot sync offset store directory (%s): %w", dir, err)
+		}
+	}
+	return removed, nil
+}
+
+// gsCkptSeq reads the seq from a checkpoint's header frame.
+func gsCkptSeq(path string, n int, epoch int32) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read group shard checkpoint (%s): %w", path, err)
+	}
+	defer f.Close()
+	buf := make([]byte, len(gsCkptHeader)+gsFrameHdr+64+2*GroupIDMaxBytes)
+	k, _ := io.ReadFull(f, buf)
+	buf = buf[:k]
+	if len(buf) < len(gsCkptHeader) || string(buf[:len(gsCkptHeader)]) != gsCkptHeader {
+		return 0, fmt.Errorf("cannot read group shard checkpoint (%s): bad header", path)
+	}
+	payload, _, ok := gsFormat.Parse(buf[len(gsCkptHeader):])
+	if !ok {
+		return 0, fmt.Errorf("cannot read group shard checkpoint (%s): bad first frame", path)
+	}
+	r := &framelog.Reader{B: payload}
+	shard, ep, seq := r.Uvarint("shard"), r.Varint("epoch"), r.Uvarint("seq")
+	if r.Err != nil || shard != uint64(n) || int32(ep) != epoch {
+		return 0, fmt.Errorf("cannot read group shard checkpoint (%s): header does not match its name", path)
+	}
+	return seq, nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -339,5 +340,113 @@ func TestGroupStoreClusterNames(t *testing.T) {
 	}
 	if _, err := OpenGroupStoreCluster(t.TempDir(), 1, "", nil); err == nil {
 		t.Fatal("an empty incarnation was accepted")
+	}
+}
+
+// TestRemoveDeadGroupLogs: a dead incarnation's log is deleted only once every op in it is
+// covered by a newer checkpoint of its shard.
+func TestRemoveDeadGroupLogs(t *testing.T) {
+	dir := t.TempDir()
+	a, b := gsGroupOfShard(1, "dead"), gsGroupOfShard(2, "dead")
+	s1 := gsOpenCluster(t, dir, 1, "a1")
+	for _, n := range []int{1, 2} {
+		if err := s1.LoadShard(n, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s1.Commit(a, []GroupOffset{{Topic: "t", Offset: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Commit(b, []GroupOffset{{Topic: "t", Offset: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	s1.Close() // dies holding both shards
+	log1 := filepath.Join(dir, "__cluster", gsSubdir, gsLogName(1, "a1", 1))
+
+	if n, err := RemoveDeadGroupLogs(dir, 1, "a1"); err != nil || n != 0 {
+		t.Fatalf("nothing covered yet: removed %d (%v)", n, err)
+	}
+	s2 := gsOpenCluster(t, dir, 2, "b2")
+	defer s2.Close()
+	if err := s2.LoadShard(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := RemoveDeadGroupLogs(dir, 1, "a1"); err != nil || n != 0 {
+		t.Fatalf("shard 2's op not covered: removed %d (%v)", n, err)
+	}
+	if err := s2.LoadShard(2, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := RemoveDeadGroupLogs(dir, 1, "a1"); err != nil || n != 1 {
+		t.Fatalf("every op covered: removed %d (%v)", n, err)
+	}
+	if _, err := os.Stat(log1); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("dead log still there: %v", err)
+	}
+	// The successor's state does not depend on it.
+	if err := s2.ReleaseShard(2); err != nil {
+		t.Fatal(err)
+	}
+	s3 := gsOpenCluster(t, dir, 3, "c3")
+	defer s3.Close()
+	if err := s3.LoadShard(2, 3); err != nil {
+		t.Fatal(err)
+	}
+	gsOffsetIs(t, s3, b, "t", 0, 2)
+}
+
+// TestGroupStoreClusterReleaseUnderCommits: commits racing a release are either acknowledged
+// (and then loaded by the successor) or refused with ErrGroupShardNotLoaded; none is lost.
+func TestGroupStoreClusterReleaseUnderCommits(t *testing.T) {
+	dir := t.TempDir()
+	const n = 5
+	g := gsGroupOfShard(n, "race")
+	s1 := gsOpenCluster(t, dir, 1, "r1")
+	defer s1.Close()
+	if err := s1.LoadShard(n, 1); err != nil {
+		t.Fatal(err)
+	}
+	const writers = 4
+	var acked [writers]atomic.Int64
+	done := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func(w int) {
+			for o := int64(1); ; o++ {
+				err := s1.Commit(g, []GroupOffset{{Topic: "t", Partition: int32(w), Offset: o}})
+				if errors.Is(err, ErrGroupShardNotLoaded) {
+					done <- nil
+					return
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+				acked[w].Store(o)
+			}
+		}(w)
+	}
+	eventually(t, "every writer has commits acknowledged", func() bool {
+		for w := range acked {
+			if acked[w].Load() < 20 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := s1.ReleaseShard(n); err != nil {
+		t.Fatal(err)
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2 := gsOpenCluster(t, dir, 2, "r2")
+	defer s2.Close()
+	if err := s2.LoadShard(n, 2); err != nil {
+		t.Fatal(err)
+	}
+	for w := 0; w < writers; w++ {
+		gsOffsetIs(t, s2, g, "t", int32(w), acked[w].Load())
 	}
 }
