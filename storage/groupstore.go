@@ -114,6 +114,7 @@ type GroupStore struct {
 	needRewrite bool  // a failed write could not be repaired, or a rewrite's rename is not durable: rewrite before appending
 	compactMin  int64
 	buf         []byte
+	opBuf       []byte // cluster mode: one op's encoding
 }
 
 // GroupPartition names one partition of a committed-offset set.
@@ -488,89 +489,138 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 var gsErrDecode = errors.New("malformed offset store record")
 
 // gsDecodeOps decodes every op of a frame payload; any malformation rejects the whole frame.
-// prefixed: every op is preceded by its (shard, epoch, seq) (cluster-mode logs).
+// prefixed: a cluster-mode payload, every op preceded by its (shard, epoch, seq) and length.
 func gsDecodeOps(p []byte, prefixed bool) ([]*gsOp, error) {
-	r := &framelog.Reader{B: p}
 	var ops []*gsOp
+	if prefixed {
+		err := gsScanPrefixed(p, func(shard int, epoch int32, seq uint64, body []byte) error {
+			op, err := gsDecodeBody(body)
+			if err != nil {
+				return err
+			}
+			op.shard, op.cepoch, op.seq = shard, epoch, seq
+			ops = append(ops, op)
+			return nil
+		})
+		return ops, err
+	}
+	r := &framelog.Reader{B: p}
 	for len(r.B) > 0 && r.Err == nil {
-		var shard int
-		var epoch int32
-		var seq uint64
-		if prefixed {
-			shard = int(r.Uvarint("shard"))
-			epoch = int32(r.VarintIn("epoch", -1<<31, 1<<31-1))
-			seq = r.Uvarint("seq")
-			if shard >= GroupShards {
-				return nil, fmt.Errorf("%w: shard %d out of range", gsErrDecode, shard)
-			}
+		op, err := gsDecodeOp(r)
+		if err != nil {
+			return nil, err
 		}
-		kind := r.Byte("op")
-		op := &gsOp{kind: kind, group: r.Str("group")}
-		switch kind {
-		case gsOpCommit:
-			n := r.Uvarint("count")
-			if n > uint64(len(r.B)) { // every entry takes at least one byte
-				return nil, gsErrDecode
-			}
-			op.offs = make([]GroupOffset, 0, n)
-			for i := uint64(0); i < n && r.Err == nil; i++ {
-				o := readGroupOffset(r)
-				op.offs = append(op.offs, o)
-			}
-		case gsOpDelGrp:
-		case gsOpDelOffs:
-			n := r.Uvarint("count")
-			if n > uint64(len(r.B)) {
-				return nil, gsErrDecode
-			}
-			op.parts = make([]GroupPartition, 0, n)
-			for i := uint64(0); i < n && r.Err == nil; i++ {
-				var gp GroupPartition
-				gp.Topic = r.Str("topic")
-				gp.Partition = int32(r.Varint("partition"))
-				op.parts = append(op.parts, gp)
-			}
-		case gsOpStage:
-			op.pid = r.Varint("producer id")
-			op.epoch = int16(r.Varint("producer epoch"))
-			n := r.Uvarint("count")
-			if n > uint64(len(r.B)) {
-				return nil, gsErrDecode
-			}
-			op.offs = make([]GroupOffset, 0, n)
-			for i := uint64(0); i < n && r.Err == nil; i++ {
-				o := readGroupOffset(r)
-				switch r.Byte("offset flags") {
-				case 0:
-					if op.superseded != nil {
-						op.superseded = append(op.superseded, false)
-					}
-				case 1:
-					if op.superseded == nil {
-						op.superseded = make([]bool, len(op.offs), n)
-					}
-					op.superseded = append(op.superseded, true)
-				default:
-					return nil, fmt.Errorf("%w: unknown offset flags", gsErrDecode)
-				}
-				op.offs = append(op.offs, o)
-			}
-		case gsOpTxnCmt, gsOpTxnAbrt:
-			op.pid = r.Varint("producer id")
-		case gsOpMeta:
-			if m := gsReadMeta(r); m != nil && len(m.Members) > 0 {
-				op.meta = m
-			}
-		default:
-			return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
-		}
-		op.shard, op.cepoch, op.seq = shard, epoch, seq
 		ops = append(ops, op)
 	}
 	if r.Err != nil {
 		return nil, fmt.Errorf("%w: %v", gsErrDecode, r.Err)
 	}
 	return ops, nil
+}
+
+// gsDecodeBody decodes exactly one op from body.
+func gsDecodeBody(body []byte) (*gsOp, error) {
+	r := &framelog.Reader{B: body}
+	op, err := gsDecodeOp(r)
+	switch {
+	case err != nil:
+		return nil, err
+	case r.Err != nil:
+		return nil, fmt.Errorf("%w: %v", gsErrDecode, r.Err)
+	case len(r.B) != 0:
+		return nil, fmt.Errorf("%w: %d bytes after an op", gsErrDecode, len(r.B))
+	}
+	return op, nil
+}
+
+// gsScanPrefixed walks a cluster-mode payload (shard uvarint | epoch varint | seq uvarint |
+// len uvarint | op[len])*, handing each op's body to fn undecoded, so a load skips the ops of
+// other shards and epochs without decoding them.
+func gsScanPrefixed(p []byte, fn func(shard int, epoch int32, seq uint64, body []byte) error) error {
+	r := &framelog.Reader{B: p}
+	for len(r.B) > 0 {
+		shard := r.Uvarint("shard")
+		epoch := r.VarintIn("epoch", -1<<31, 1<<31-1)
+		seq := r.Uvarint("seq")
+		n := r.Uvarint("op length")
+		if r.Err != nil {
+			return fmt.Errorf("%w: %v", gsErrDecode, r.Err)
+		}
+		if shard >= GroupShards || n == 0 || n > uint64(len(r.B)) {
+			return fmt.Errorf("%w: bad op prefix (shard %d, length %d of %d)", gsErrDecode, shard, n, len(r.B))
+		}
+		body := r.B[:n]
+		r.B = r.B[n:]
+		if err := fn(int(shard), int32(epoch), seq, body); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gsDecodeOp decodes one op (no prefix) from r.
+func gsDecodeOp(r *framelog.Reader) (*gsOp, error) {
+	kind := r.Byte("op")
+	op := &gsOp{kind: kind, group: r.Str("group")}
+	switch kind {
+	case gsOpCommit:
+		n := r.Uvarint("count")
+		if n > uint64(len(r.B)) { // every entry takes at least one byte
+			return nil, gsErrDecode
+		}
+		op.offs = make([]GroupOffset, 0, n)
+		for i := uint64(0); i < n && r.Err == nil; i++ {
+			o := readGroupOffset(r)
+			op.offs = append(op.offs, o)
+		}
+	case gsOpDelGrp:
+	case gsOpDelOffs:
+		n := r.Uvarint("count")
+		if n > uint64(len(r.B)) {
+			return nil, gsErrDecode
+		}
+		op.parts = make([]GroupPartition, 0, n)
+		for i := uint64(0); i < n && r.Err == nil; i++ {
+			var gp GroupPartition
+			gp.Topic = r.Str("topic")
+			gp.Partition = int32(r.Varint("partition"))
+			op.parts = append(op.parts, gp)
+		}
+	case gsOpStage:
+		op.pid = r.Varint("producer id")
+		op.epoch = int16(r.Varint("producer epoch"))
+		n := r.Uvarint("count")
+		if n > uint64(len(r.B)) {
+			return nil, gsErrDecode
+		}
+		op.offs = make([]GroupOffset, 0, n)
+		for i := uint64(0); i < n && r.Err == nil; i++ {
+			o := readGroupOffset(r)
+			switch r.Byte("offset flags") {
+			case 0:
+				if op.superseded != nil {
+					op.superseded = append(op.superseded, false)
+				}
+			case 1:
+				if op.superseded == nil {
+					op.superseded = make([]bool, len(op.offs), n)
+				}
+				op.superseded = append(op.superseded, true)
+			default:
+				return nil, fmt.Errorf("%w: unknown offset flags", gsErrDecode)
+			}
+			op.offs = append(op.offs, o)
+		}
+	case gsOpTxnCmt, gsOpTxnAbrt:
+		op.pid = r.Varint("producer id")
+	case gsOpMeta:
+		if m := gsReadMeta(r); m != nil && len(m.Members) > 0 {
+			op.meta = m
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
+	}
+	return op, nil
 }
 
 // snapshot appends the live state as frames to b: per group its commit op (if it has committed
@@ -794,9 +844,13 @@ func (s *GroupStore) writeBatch(ops []*gsOp) {
 		}
 		mark := len(b)
 		if s.cl != nil {
-			b = s.cl.stamp(b, op) // cluster mode: the (shard, epoch, seq) prefix
+			// Cluster mode: the (shard, epoch, seq, length) prefix, then the op.
+			s.opBuf = gsAppendOp(s.opBuf[:0], op)
+			b = s.cl.stamp(b, op, len(s.opBuf))
+			b = append(b, s.opBuf...)
+		} else {
+			b = gsAppendOp(b, op)
 		}
-		b = gsAppendOp(b, op)
 		if len(b)-start-gsFrameHdr <= gsFormat.MaxLen {
 			continue
 		}

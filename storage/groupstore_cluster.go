@@ -8,8 +8,8 @@ package storage
 //
 //	log-b<broker>-i<inc>-<gen, 20 digits>.log   one per broker incarnation and generation;
 //	    header "KAASGOC1", then gsFormat frames whose ops are each prefixed by
-//	    shard uvarint | epoch varint | seq uvarint (seq counts up per shard and never repeats
-//	    within an epoch)
+//	    shard uvarint | epoch varint | seq uvarint | length uvarint (seq counts up per shard and
+//	    never repeats within an epoch; the length lets a load skip other shards' ops undecoded)
 //	shard-<n>-e<epoch>.ckpt                     shard n's state as its owner at epoch saw it:
 //	    header "KAASGOK1", a frame (shard uvarint, epoch varint, seq uvarint, frames uvarint,
 //	    broker varint, inc str), then `frames` snapshot frames (the single-mode op encoding:
@@ -111,13 +111,15 @@ type gsCluster struct {
 	keepOld bool     // a release checkpoint failed: its ops live only in the logs, keep them all
 }
 
-// stamp assigns op the next seq of its shard at the shard's epoch and appends the prefix.
-func (c *gsCluster) stamp(b []byte, op *gsOp) []byte {
+// stamp assigns op the next seq of its shard at the shard's epoch and appends the prefix of
+// an op whose encoding is n bytes long.
+func (c *gsCluster) stamp(b []byte, op *gsOp, n int) []byte {
 	c.seq[op.shard]++
 	op.cepoch, op.seq = c.epoch[op.shard], c.seq[op.shard]
 	b = binary.AppendUvarint(b, uint64(op.shard))
 	b = binary.AppendVarint(b, int64(op.cepoch))
-	return binary.AppendUvarint(b, op.seq)
+	b = binary.AppendUvarint(b, op.seq)
+	return binary.AppendUvarint(b, uint64(n))
 }
 
 func gsLogName(broker int32, inc string, gen uint64) string {
@@ -331,19 +333,27 @@ func (s *GroupStore) replayShard(n int, epoch int32) (uint64, error) {
 		sc := framelog.Scanner{
 			Format: &gsFormat,
 			Frame: func(_ int, payload []byte) (bool, error) {
-				fops, err := gsDecodeOps(payload, true)
+				// The frame is replayed only if all of it is well formed, as in single mode.
+				var fops []*gsOp
+				err := gsScanPrefixed(payload, func(shard int, ep int32, seq uint64, body []byte) error {
+					switch {
+					case shard != n:
+					case ep != ckEpoch:
+						gsIgnoredOps.Inc()
+					case seq > ckSeq:
+						op, err := gsDecodeBody(body)
+						if err != nil {
+							return err
+						}
+						op.shard, op.cepoch, op.seq = shard, ep, seq
+						fops = append(fops, op)
+					}
+					return nil
+				})
 				if err != nil {
 					return false, fmt.Errorf("%w: %v", framelog.ErrBadFrame, err)
 				}
-				for _, op := range fops {
-					switch {
-					case op.shard != n:
-					case op.cepoch != ckEpoch:
-						gsIgnoredOps.Inc()
-					case op.seq > ckSeq:
-						ops = append(ops, op)
-					}
-				}
+				ops = append(ops, fops...)
 				return true, nil
 			},
 			Follow: func(_ int, payload []byte) framelog.Follow {
@@ -643,15 +653,15 @@ func RemoveDeadGroupLogs(dataDir string, brokerID int32, inc string) (removed in
 		covered := len(data) < len(gsClusterHeader) || string(data[:len(gsClusterHeader)]) == gsClusterHeader
 		if covered && len(data) > len(gsClusterHeader) {
 			sc := framelog.Scanner{Format: &gsFormat, Frame: func(_ int, payload []byte) (bool, error) {
-				ops, err := gsDecodeOps(payload, true)
-				if err != nil {
-					return false, fmt.Errorf("%w: %v", framelog.ErrBadFrame, err)
-				}
-				for _, op := range ops {
-					c := newest[op.shard]
-					if !c.ok || c.epoch < op.cepoch || (c.epoch == op.cepoch && c.seq < op.seq) {
+				err := gsScanPrefixed(payload, func(shard int, epoch int32, seq uint64, _ []byte) error {
+					c := newest[shard]
+					if !c.ok || c.epoch < epoch || (c.epoch == epoch && c.seq < seq) {
 						covered = false
 					}
+					return nil
+				})
+				if err != nil {
+					return false, fmt.Errorf("%w: %v", framelog.ErrBadFrame, err)
 				}
 				return true, nil
 			}}

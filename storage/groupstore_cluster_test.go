@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -449,4 +450,40 @@ func TestGroupStoreClusterReleaseUnderCommits(t *testing.T) {
 	for w := 0; w < writers; w++ {
 		gsOffsetIs(t, s2, g, "t", int32(w), acked[w].Load())
 	}
+}
+
+func FuzzGroupStoreClusterDecode(f *testing.F) {
+	c := &gsCluster{}
+	enc := func(ops ...*gsOp) []byte {
+		var b []byte
+		for _, op := range ops {
+			body := gsAppendOp(nil, op)
+			b = c.stamp(b, op, len(body))
+			b = append(b, body...)
+		}
+		return b
+	}
+	f.Add(enc(&gsOp{kind: gsOpCommit, group: "g", shard: 3, offs: []GroupOffset{{Topic: "t", Offset: 5}}},
+		&gsOp{kind: gsOpMeta, group: "g", shard: 3, meta: gsTestMeta(2, "x")}))
+	f.Add(enc(&gsOp{kind: gsOpTxnCmt, group: "h", shard: 49, pid: 7}))
+	f.Add([]byte{50, 2, 1, 1, 2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ops, err := gsDecodeOps(b, true)
+		if err != nil {
+			return
+		}
+		var re []byte
+		for _, op := range ops {
+			body := gsAppendOp(nil, op)
+			re = binary.AppendUvarint(re, uint64(op.shard))
+			re = binary.AppendVarint(re, int64(op.cepoch))
+			re = binary.AppendUvarint(re, op.seq)
+			re = binary.AppendUvarint(re, uint64(len(body)))
+			re = append(re, body...)
+		}
+		again, err := gsDecodeOps(re, true)
+		if err != nil || len(again) != len(ops) {
+			t.Fatalf("re-encoding a decoded payload: %d ops, %v", len(again), err)
+		}
+	})
 }
