@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -97,7 +98,8 @@ type GroupStore struct {
 	pending map[string]map[int64]*gsPending           // fsync'd staged transactional offsets
 	meta    map[string]*GroupMeta                     // fsync'd classic-group metadata (never mutated in place)
 
-	cl *gsCluster // nil in single mode
+	cl      *gsCluster                  // nil in single mode
+	publish atomic.Pointer[func() bool] // Rule P (SetPublish); nil = always
 
 	// The writer is a mailbox drained in batches (writeOps); closeMu orders enqueues before
 	// Close's wait for the writer (and, in cluster mode, guards the shard states). Lock order:
@@ -760,6 +762,7 @@ func (s *GroupStore) enqueue(op *gsOp) {
 // limit), fsync'd, applied and acknowledged; an op refused by a write-time limit fails alone.
 func (s *GroupStore) writeOps(ops []*gsOp) {
 	s.writeBatch(ops)
+	s.checkPublish(ops)
 	failed := false
 	for _, op := range ops {
 		if op.err == nil && op.ctl == nil {

@@ -67,6 +67,11 @@ const (
 // mode). The coordinator answers such groups NOT_COORDINATOR before it gets here.
 var ErrGroupShardNotLoaded = errors.New("group shard not loaded in this offset store")
 
+// ErrGroupStorePublishFenced: the write is durable but this broker may no longer publish it
+// (Rule P: its liveness lease may have run out, so a successor may already own the shard). It is
+// neither acknowledged nor applied; the coordinator answers NOT_COORDINATOR.
+var ErrGroupStorePublishFenced = errors.New("offset store write not published: the broker's lease deadline passed")
+
 // ErrGroupShardFenced: LoadShard found a checkpoint of a newer epoch than the one it was given
 // (the caller's assignment is stale).
 var ErrGroupShardFenced = errors.New("group shard has a checkpoint of a newer epoch")
@@ -80,6 +85,7 @@ var (
 	gsCheckpointFails = metrics.NewCounter("kaas_group_offsets_checkpoint_errors_total")
 	gsRolls           = metrics.NewCounter("kaas_group_offsets_log_rolls_total")
 	gsLogsDeleted     = metrics.NewCounter("kaas_group_offsets_logs_deleted_total")
+	gsUnpublished     = metrics.NewCounter("kaas_group_offsets_unpublished_batches_total") // Rule P refused
 )
 
 type gsShardState uint8
@@ -109,6 +115,33 @@ type gsCluster struct {
 	gen     uint64
 	old     []string // this incarnation's older generations not yet deleted
 	keepOld bool     // a release checkpoint failed: its ops live only in the logs, keep them all
+}
+
+// SetPublish installs Rule P (cluster.md §2): after each batch is durable and before any of it
+// is acknowledged or applied, publish is asked; false fails the batch's writes with
+// ErrGroupStorePublishFenced. A successor that loaded the shard before the write ignores it (its
+// epoch is older than the successor's checkpoint), so it must not have been acknowledged. nil
+// (the default) publishes always.
+func (s *GroupStore) SetPublish(publish func() bool) {
+	if publish == nil {
+		s.publish.Store(nil)
+		return
+	}
+	s.publish.Store(&publish)
+}
+
+// checkPublish applies Rule P to a written batch (writer goroutine).
+func (s *GroupStore) checkPublish(ops []*gsOp) {
+	p := s.publish.Load()
+	if p == nil || (*p)() {
+		return
+	}
+	gsUnpublished.Inc()
+	for _, op := range ops {
+		if op.err == nil && op.ctl == nil {
+			op.err = fmt.Errorf("cannot acknowledge offset store write (group %.64q): %w", op.group, ErrGroupStorePublishFenced)
+		}
+	}
 }
 
 // stamp assigns op the next seq of its shard at the shard's epoch and appends the prefix of

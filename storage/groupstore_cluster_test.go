@@ -487,3 +487,31 @@ func FuzzGroupStoreClusterDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestGroupStorePublishRule: past the lease deadline (Rule P) a durable write is neither
+// acknowledged nor made visible.
+func TestGroupStorePublishRule(t *testing.T) {
+	dir := t.TempDir()
+	const n = 9
+	g := gsGroupOfShard(n, "rulep")
+	s := gsOpenCluster(t, dir, 1, "p1")
+	defer s.Close()
+	if err := s.LoadShard(n, 1); err != nil {
+		t.Fatal(err)
+	}
+	var publishable atomic.Bool
+	publishable.Store(true)
+	s.SetPublish(publishable.Load)
+	if err := s.Commit(g, []GroupOffset{{Topic: "t", Offset: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	publishable.Store(false)
+	if err := s.Commit(g, []GroupOffset{{Topic: "t", Offset: 2}}); !errors.Is(err, ErrGroupStorePublishFenced) {
+		t.Fatalf("commit past the deadline: %v, want ErrGroupStorePublishFenced", err)
+	}
+	if err := s.StoreGroupMeta(g, gsTestMeta(1, "x")); !errors.Is(err, ErrGroupStorePublishFenced) {
+		t.Fatalf("metadata past the deadline: %v, want ErrGroupStorePublishFenced", err)
+	}
+	gsOffsetIs(t, s, g, "t", 0, 1)
+	gsMetaIs(t, s, g, nil)
+}
