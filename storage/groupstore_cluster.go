@@ -290,13 +290,14 @@ func (s *GroupStore) LoadShard(n int, epoch int32) error {
 	if err == nil {
 		_, err = s.writeCheckpoint(n, epoch, seq)
 	}
-	s.closeMu.Lock()
 	if err != nil {
+		s.dropShard(n) // before the shard is unloaded: a next load must find nothing of this one
+		s.closeMu.Lock()
 		s.cl.state[n] = gsShardUnloaded
 		s.closeMu.Unlock()
-		s.dropShard(n)
 		return fmt.Errorf("cannot load group shard (%d, epoch %d): %w", n, epoch, err)
 	}
+	s.closeMu.Lock()
 	s.cl.epoch[n], s.cl.seq[n] = epoch, seq
 	s.cl.state[n] = gsShardLoaded
 	older := s.cl.older[n]

@@ -199,3 +199,33 @@ func TestShardMoveKeepsGeneration(t *testing.T) {
 		t.Fatalf("%d rebalances across the moves", got-rebalances)
 	}
 }
+
+// TestRestartKeepsStaticMember: a static member's instance id survives a broker restart; its
+// process restarting afterwards (a rejoin with no member id) is the KIP-345 replacement with no
+// rebalance, and the replaced member id is what the next restart restores.
+func TestRestartKeepsStaticMember(t *testing.T) {
+	h := newHarness(t)
+	inst := withInstance("instance-1")
+	j := h.join("g", "", inst)
+	wantCode(t, "static join", j.ErrorCode, 0)
+	wantCode(t, "sync", h.sync("g", j.MemberID, j.Generation, map[string][]byte{j.MemberID: []byte("mine")}).ErrorCode, 0)
+	gen := j.Generation
+	h.restart()
+	wantCode(t, "heartbeat with the instance id", h.heartbeat("g", j.MemberID, gen, "instance-1"), 0)
+	wantCode(t, "another member id for the instance", h.heartbeat("g", "someone-else", gen, "instance-1"), codec.CodeFencedInstanceID)
+
+	j2 := h.join("g", "", inst, withVersion(8))
+	if j2.ErrorCode != 0 || j2.MemberID == j.MemberID || j2.Generation != gen {
+		t.Fatalf("static rejoin after restart: %+v", j2)
+	}
+	if d := h.describe("g"); d.State != "Stable" {
+		t.Fatalf("state %s: a static rejoin must not rebalance", d.State)
+	}
+	h.restart()
+	wantCode(t, "the replaced member id after a second restart", h.heartbeat("g", j2.MemberID, gen, "instance-1"), 0)
+	wantCode(t, "the old member id", h.heartbeat("g", j.MemberID, gen, "instance-1"), codec.CodeFencedInstanceID)
+	s := h.sync("g", j2.MemberID, gen, nil)
+	if s.ErrorCode != 0 || string(s.MemberAssignment) != "mine" {
+		t.Fatalf("assignment after two restarts: %d %q", s.ErrorCode, s.MemberAssignment)
+	}
+}
