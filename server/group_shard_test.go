@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
@@ -131,5 +133,117 @@ func TestGroupIDOver32767BytesInvalidRequest(t *testing.T) {
 	hb.Group, hb.MemberID, hb.Generation = "g", long, 1
 	if resp := fxRoundTrip[*kmsg.HeartbeatResponse](t, raw, hb); resp.ErrorCode != codec.CodeInvalidRequest {
 		t.Fatalf("Heartbeat: code %d, want INVALID_REQUEST", resp.ErrorCode)
+	}
+}
+
+// requestCounter counts the requests a kgo client wrote, by API key (a kgo.HookBrokerWrite).
+type requestCounter struct{ n [128]atomic.Int64 }
+
+func (c *requestCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err == nil && key >= 0 && int(key) < len(c.n) {
+		c.n[key].Add(1)
+	}
+}
+
+func (c *requestCounter) get(key int16) int64 { return c.n[key].Load() }
+
+// TestGroupShardReleaseReloadKeepsGeneration: a kgo group consumer rides out a release and
+// reload of its group's shard (what a coordinator move does) with the same member id and
+// generation and no new assignment: the group's metadata is persisted at release and the
+// reloaded coordinator serves the generation, so the consumer's heartbeats go on succeeding.
+func TestGroupShardReleaseReloadKeepsGeneration(t *testing.T) {
+	cfg := testConfig(t)
+	fastGroups(&cfg)
+	tb := startTestBroker(t, cfg)
+	defer tb.stop(t)
+	addr := tb.srv.Addr().String()
+	admCl := grpClient(t, addr)
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	grpCreateTopic(t, adm, "t", 2)
+	const grp = "keeps-generation"
+	shard := group.ShardFor(grp)
+
+	var assigned, revoked, lost atomic.Int32
+	reqs := &requestCounter{}
+	cl := grpClient(t, addr,
+		kgo.ConsumerGroup(grp), kgo.ConsumeTopics("t"),
+		kgo.HeartbeatInterval(50*time.Millisecond), kgo.SessionTimeout(6*time.Second),
+		kgo.WithHooks(reqs),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { assigned.Add(1) }),
+		kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) { revoked.Add(1) }),
+		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) { lost.Add(1) }),
+	)
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	}()
+	defer func() { cancel(); cl.Close(); <-polled }()
+
+	describe := func() (kadm.DescribedGroup, error) {
+		dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer dcancel()
+		ds, err := adm.DescribeGroups(dctx, grp)
+		if err != nil {
+			return kadm.DescribedGroup{}, err
+		}
+		d := ds[grp]
+		return d, d.Err
+	}
+	var member0 string
+	var gen0 int32
+	checkFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if assigned.Load() == 0 {
+			return errors.New("not assigned yet")
+		}
+		if d, err := describe(); err != nil || d.State != "Stable" {
+			return fmt.Errorf("group %s (%v)", d.State, err)
+		}
+		member0, gen0 = cl.GroupMetadata()
+		return nil
+	})
+	assigned0 := assigned.Load()
+
+	released := make(chan error, 1)
+	tb.Groups.ReleaseShard(shard, func(err error) { released <- err })
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	// The consumer notices: a heartbeat answered NOT_COORDINATOR makes it look the coordinator
+	// up again (FindCoordinator), and it keeps retrying while the shard is away.
+	find0 := reqs.get(int16(kmsg.FindCoordinator))
+	checkFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if reqs.get(int16(kmsg.FindCoordinator)) < find0+2 {
+			return errors.New("the consumer has not looked the coordinator up again")
+		}
+		return nil
+	})
+	loaded := make(chan error, 1)
+	tb.Groups.LoadShard(shard, 2, func(err error) { loaded <- err })
+	if err := <-loaded; err != nil {
+		t.Fatal(err)
+	}
+	hb0 := reqs.get(int16(kmsg.Heartbeat))
+	checkFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if reqs.get(int16(kmsg.Heartbeat)) < hb0+5 {
+			return errors.New("fewer than 5 heartbeats since the reload")
+		}
+		return nil
+	})
+	if m, g := cl.GroupMetadata(); m != member0 || g != gen0 {
+		t.Fatalf("after the reload: member %s generation %d, before: %s %d", m, g, member0, gen0)
+	}
+	if a, r, l := assigned.Load(), revoked.Load(), lost.Load(); a != assigned0 || r != 0 || l != 0 {
+		t.Fatalf("the consumer rebalanced: assigned %d (before %d), revoked %d, lost %d", a, assigned0, r, l)
+	}
+	d, err := describe()
+	if err != nil || d.State != "Stable" || len(d.Members) != 1 || d.Members[0].MemberID != member0 {
+		t.Fatalf("after the reload: %+v (%v)", d, err)
 	}
 }

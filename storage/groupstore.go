@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -38,6 +39,7 @@ import (
 //	                         metadata str, commitTimeMs varint, flags u8)
 //	       | 5 commitTxn     group str, producerID varint
 //	       | 6 abortTxn      group str, producerID varint
+//	       | 7 groupMeta     group str, classic-group metadata (groupstore_meta.go)
 //	str    = uvarint length | bytes
 //	flags  = bit 0 "superseded": a plain commit for the partition was made after this staging
 //
@@ -82,6 +84,10 @@ import (
 // repair (cut the file back to the last durable frame and fsync) fails too: the in-memory
 // committed set only ever contains fsync'd data, so it is the truth to rewrite from, and until a
 // repair or a rewrite succeeds every commit fails (never a success the disk did not confirm).
+//
+// Cluster mode (OpenGroupStoreCluster, groupstore_cluster.go) keeps the frame and op formats but
+// writes one log per broker incarnation whose ops carry (shard, epoch, seq), holds only the
+// shards it loaded, and compacts by checkpointing them and starting a new log generation.
 type GroupStore struct {
 	dir  string
 	path string
@@ -90,9 +96,14 @@ type GroupStore struct {
 	mu      sync.RWMutex
 	groups  map[string]map[GroupPartition]GroupOffset // fsync'd committed offsets only
 	pending map[string]map[int64]*gsPending           // fsync'd staged transactional offsets
+	meta    map[string]*GroupMeta                     // fsync'd classic-group metadata (never mutated in place)
+
+	cl      *gsCluster                  // nil in single mode
+	publish atomic.Pointer[func() bool] // Rule P (SetPublish); nil = always
 
 	// The writer is a mailbox drained in batches (writeOps); closeMu orders enqueues before
-	// Close's wait for the writer. Lock order: closeMu, then the mailbox's lock.
+	// Close's wait for the writer (and, in cluster mode, guards the shard states). Lock order:
+	// closeMu, then the mailbox's lock; s.mu is never held with either.
 	writer  *mailbox.Queue[*gsOp]
 	closeMu sync.Mutex
 	closed  bool
@@ -105,6 +116,7 @@ type GroupStore struct {
 	needRewrite bool  // a failed write could not be repaired, or a rewrite's rename is not durable: rewrite before appending
 	compactMin  int64
 	buf         []byte
+	opBuf       []byte // cluster mode: one op's encoding
 }
 
 // GroupPartition names one partition of a committed-offset set.
@@ -168,6 +180,7 @@ const (
 	gsOpStage   = 4
 	gsOpTxnCmt  = 5
 	gsOpTxnAbrt = 6
+	gsOpMeta    = 7
 
 	gsDefaultCompactMin = 8 << 20
 
@@ -205,9 +218,17 @@ type gsOp struct {
 	// transactional ops
 	pid        int64
 	epoch      int16
-	superseded []bool // stage only, parallel to offs; nil = none (only compaction writes them)
-	done       func(error)
-	err        error // writer: the outcome of this op's write
+	superseded []bool     // stage only, parallel to offs; nil = none (only compaction writes them)
+	meta       *GroupMeta // groupMeta only; nil = tombstone
+	// cluster mode: the op's shard, and the epoch and seq the writer stamps it with
+	shard  int
+	cepoch int32
+	seq    uint64
+	// ctl, when set, makes the op a control step for the writer, not a record: it runs after
+	// every op queued before it was written and applied, and its result is done's argument.
+	ctl  func() error
+	done func(error)
+	err  error // writer: the outcome of this op's write
 }
 
 // OpenGroupStore opens (creating if needed) the offset store under dataDir/__cluster/consumer_offsets
@@ -226,6 +247,7 @@ func OpenGroupStore(dataDir string, log *zap.Logger) (*GroupStore, error) {
 		log:        log.Named("offsets"),
 		groups:     make(map[string]map[GroupPartition]GroupOffset),
 		pending:    make(map[string]map[int64]*gsPending),
+		meta:       make(map[string]*GroupMeta),
 		compactMin: gsDefaultCompactMin,
 	}
 	s.writer = mailbox.New(mailbox.Config[*gsOp]{Name: "group_offsets", MaxLen: gsMaxQueuedOps, Batch: true}, s.writeOps)
@@ -271,7 +293,7 @@ func (s *GroupStore) load() error {
 	sc := framelog.Scanner{
 		Format: &gsFormat,
 		Frame: func(_ int, payload []byte) (bool, error) {
-			ops, err := gsDecodeOps(payload)
+			ops, err := gsDecodeOps(payload, false)
 			if err != nil {
 				return false, fmt.Errorf("%w: %v", framelog.ErrBadFrame, err)
 			}
@@ -283,7 +305,7 @@ func (s *GroupStore) load() error {
 		// One frame per write: every valid frame after a bad one was acknowledged. A CRC-valid
 		// frame that does not decode is not taken for one (it cannot be told from noise).
 		Follow: func(_ int, payload []byte) framelog.Follow {
-			if _, err := gsDecodeOps(payload); err != nil {
+			if _, err := gsDecodeOps(payload, false); err != nil {
 				return framelog.Skip
 			}
 			return framelog.Acked
@@ -314,7 +336,8 @@ func (s *GroupStore) load() error {
 	}
 	valid := int64(pos)
 	s.setFile(f, valid)
-	s.base = int64(len(s.snapshot(nil)))
+	snap, _ := s.snapshot(nil, -1)
+	s.base = int64(len(snap))
 	if s.size > s.compactMin && s.size > 2*s.base {
 		if err := s.rewrite(); err != nil {
 			s.log.Warn("cannot compact offset store on open; continuing with the existing log",
@@ -348,6 +371,13 @@ func (s *GroupStore) apply(op *gsOp) {
 	case gsOpDelGrp:
 		delete(s.groups, op.group)
 		delete(s.pending, op.group)
+		delete(s.meta, op.group)
+	case gsOpMeta:
+		if op.meta == nil {
+			delete(s.meta, op.group)
+		} else {
+			s.meta[op.group] = op.meta
+		}
 	case gsOpDelOffs:
 		g := s.groups[op.group]
 		for _, p := range op.parts {
@@ -452,6 +482,8 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 		}
 	case gsOpTxnCmt, gsOpTxnAbrt:
 		b = binary.AppendVarint(b, op.pid)
+	case gsOpMeta:
+		b = gsAppendMeta(b, op.meta)
 	}
 	return b
 }
@@ -459,65 +491,26 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 var gsErrDecode = errors.New("malformed offset store record")
 
 // gsDecodeOps decodes every op of a frame payload; any malformation rejects the whole frame.
-func gsDecodeOps(p []byte) ([]*gsOp, error) {
-	r := &framelog.Reader{B: p}
+// prefixed: a cluster-mode payload, every op preceded by its (shard, epoch, seq) and length.
+func gsDecodeOps(p []byte, prefixed bool) ([]*gsOp, error) {
 	var ops []*gsOp
+	if prefixed {
+		err := gsScanPrefixed(p, func(shard int, epoch int32, seq uint64, body []byte) error {
+			op, err := gsDecodeBody(body)
+			if err != nil {
+				return err
+			}
+			op.shard, op.cepoch, op.seq = shard, epoch, seq
+			ops = append(ops, op)
+			return nil
+		})
+		return ops, err
+	}
+	r := &framelog.Reader{B: p}
 	for len(r.B) > 0 && r.Err == nil {
-		kind := r.Byte("op")
-		op := &gsOp{kind: kind, group: r.Str("group")}
-		switch kind {
-		case gsOpCommit:
-			n := r.Uvarint("count")
-			if n > uint64(len(r.B)) { // every entry takes at least one byte
-				return nil, gsErrDecode
-			}
-			op.offs = make([]GroupOffset, 0, n)
-			for i := uint64(0); i < n && r.Err == nil; i++ {
-				o := readGroupOffset(r)
-				op.offs = append(op.offs, o)
-			}
-		case gsOpDelGrp:
-		case gsOpDelOffs:
-			n := r.Uvarint("count")
-			if n > uint64(len(r.B)) {
-				return nil, gsErrDecode
-			}
-			op.parts = make([]GroupPartition, 0, n)
-			for i := uint64(0); i < n && r.Err == nil; i++ {
-				var gp GroupPartition
-				gp.Topic = r.Str("topic")
-				gp.Partition = int32(r.Varint("partition"))
-				op.parts = append(op.parts, gp)
-			}
-		case gsOpStage:
-			op.pid = r.Varint("producer id")
-			op.epoch = int16(r.Varint("producer epoch"))
-			n := r.Uvarint("count")
-			if n > uint64(len(r.B)) {
-				return nil, gsErrDecode
-			}
-			op.offs = make([]GroupOffset, 0, n)
-			for i := uint64(0); i < n && r.Err == nil; i++ {
-				o := readGroupOffset(r)
-				switch r.Byte("offset flags") {
-				case 0:
-					if op.superseded != nil {
-						op.superseded = append(op.superseded, false)
-					}
-				case 1:
-					if op.superseded == nil {
-						op.superseded = make([]bool, len(op.offs), n)
-					}
-					op.superseded = append(op.superseded, true)
-				default:
-					return nil, fmt.Errorf("%w: unknown offset flags", gsErrDecode)
-				}
-				op.offs = append(op.offs, o)
-			}
-		case gsOpTxnCmt, gsOpTxnAbrt:
-			op.pid = r.Varint("producer id")
-		default:
-			return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
+		op, err := gsDecodeOp(r)
+		if err != nil {
+			return nil, err
 		}
 		ops = append(ops, op)
 	}
@@ -527,25 +520,126 @@ func gsDecodeOps(p []byte) ([]*gsOp, error) {
 	return ops, nil
 }
 
+// gsDecodeBody decodes exactly one op from body.
+func gsDecodeBody(body []byte) (*gsOp, error) {
+	r := &framelog.Reader{B: body}
+	op, err := gsDecodeOp(r)
+	switch {
+	case err != nil:
+		return nil, err
+	case r.Err != nil:
+		return nil, fmt.Errorf("%w: %v", gsErrDecode, r.Err)
+	case len(r.B) != 0:
+		return nil, fmt.Errorf("%w: %d bytes after an op", gsErrDecode, len(r.B))
+	}
+	return op, nil
+}
+
+// gsScanPrefixed walks a cluster-mode payload (shard uvarint | epoch varint | seq uvarint |
+// len uvarint | op[len])*, handing each op's body to fn undecoded, so a load skips the ops of
+// other shards and epochs without decoding them.
+func gsScanPrefixed(p []byte, fn func(shard int, epoch int32, seq uint64, body []byte) error) error {
+	r := &framelog.Reader{B: p}
+	for len(r.B) > 0 {
+		shard := r.Uvarint("shard")
+		epoch := r.VarintIn("epoch", -1<<31, 1<<31-1)
+		seq := r.Uvarint("seq")
+		n := r.Uvarint("op length")
+		if r.Err != nil {
+			return fmt.Errorf("%w: %v", gsErrDecode, r.Err)
+		}
+		if shard >= GroupShards || n == 0 || n > uint64(len(r.B)) {
+			return fmt.Errorf("%w: bad op prefix (shard %d, length %d of %d)", gsErrDecode, shard, n, len(r.B))
+		}
+		body := r.B[:n]
+		r.B = r.B[n:]
+		if err := fn(int(shard), int32(epoch), seq, body); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gsDecodeOp decodes one op (no prefix) from r.
+func gsDecodeOp(r *framelog.Reader) (*gsOp, error) {
+	kind := r.Byte("op")
+	op := &gsOp{kind: kind, group: r.Str("group")}
+	switch kind {
+	case gsOpCommit:
+		n := r.Uvarint("count")
+		if n > uint64(len(r.B)) { // every entry takes at least one byte
+			return nil, gsErrDecode
+		}
+		op.offs = make([]GroupOffset, 0, n)
+		for i := uint64(0); i < n && r.Err == nil; i++ {
+			o := readGroupOffset(r)
+			op.offs = append(op.offs, o)
+		}
+	case gsOpDelGrp:
+	case gsOpDelOffs:
+		n := r.Uvarint("count")
+		if n > uint64(len(r.B)) {
+			return nil, gsErrDecode
+		}
+		op.parts = make([]GroupPartition, 0, n)
+		for i := uint64(0); i < n && r.Err == nil; i++ {
+			var gp GroupPartition
+			gp.Topic = r.Str("topic")
+			gp.Partition = int32(r.Varint("partition"))
+			op.parts = append(op.parts, gp)
+		}
+	case gsOpStage:
+		op.pid = r.Varint("producer id")
+		op.epoch = int16(r.Varint("producer epoch"))
+		n := r.Uvarint("count")
+		if n > uint64(len(r.B)) {
+			return nil, gsErrDecode
+		}
+		op.offs = make([]GroupOffset, 0, n)
+		for i := uint64(0); i < n && r.Err == nil; i++ {
+			o := readGroupOffset(r)
+			switch r.Byte("offset flags") {
+			case 0:
+				if op.superseded != nil {
+					op.superseded = append(op.superseded, false)
+				}
+			case 1:
+				if op.superseded == nil {
+					op.superseded = make([]bool, len(op.offs), n)
+				}
+				op.superseded = append(op.superseded, true)
+			default:
+				return nil, fmt.Errorf("%w: unknown offset flags", gsErrDecode)
+			}
+			op.offs = append(op.offs, o)
+		}
+	case gsOpTxnCmt, gsOpTxnAbrt:
+		op.pid = r.Varint("producer id")
+	case gsOpMeta:
+		if m := gsReadMeta(r); m != nil && len(m.Members) > 0 {
+			op.meta = m
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
+	}
+	return op, nil
+}
+
 // snapshot appends the live state as frames to b: per group its commit op (if it has committed
 // offsets) followed by one stage op per producer with pending offsets, carrying the producer
 // epoch and the superseded flags, so replaying the snapshot rebuilds exactly the committed and
 // pending sets (compaction carries open transactions). A group's frame is split where it would
 // exceed the frame limit, and so is an op (into ops over parts of its offsets: their replay in
-// order has the same effect), so a snapshot is always readable whatever the group sizes.
-func (s *GroupStore) snapshot(b []byte) []byte {
+// order has the same effect), so a snapshot is always readable whatever the group sizes. A
+// group's metadata follows as one groupMeta op. shard >= 0 limits the snapshot to that shard's
+// groups (a cluster-mode checkpoint); the number of frames appended is returned with b.
+func (s *GroupStore) snapshot(b []byte, shard int) ([]byte, int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	names := make([]string, 0, len(s.groups)+len(s.pending))
-	for g := range s.groups {
-		names = append(names, g)
+	names := s.groupNamesLocked()
+	if shard >= 0 {
+		names = slices.DeleteFunc(names, func(g string) bool { return GroupShardFor(g) != shard })
 	}
-	for g := range s.pending {
-		if _, ok := s.groups[g]; !ok {
-			names = append(names, g)
-		}
-	}
-	sort.Strings(names)
 	fr := gsFramer{b: b, start: -1}
 	for _, name := range names {
 		if g := s.groups[name]; len(g) > 0 {
@@ -571,9 +665,33 @@ func (s *GroupStore) snapshot(b []byte) []byte {
 			}
 			fr.addSplit(op)
 		}
+		if m := s.meta[name]; m != nil {
+			fr.addSplit(&gsOp{kind: gsOpMeta, group: name, meta: m})
+		}
 		fr.end()
 	}
-	return fr.b
+	return fr.b, fr.frames
+}
+
+// groupNamesLocked lists, sorted, every group with offsets, staged offsets or metadata. s.mu held.
+func (s *GroupStore) groupNamesLocked() []string {
+	names := make([]string, 0, len(s.groups)+len(s.pending)+len(s.meta))
+	for g := range s.groups {
+		names = append(names, g)
+	}
+	for g := range s.pending {
+		if _, ok := s.groups[g]; !ok {
+			names = append(names, g)
+		}
+	}
+	for g := range s.meta {
+		_, ok := s.groups[g]
+		if _, ok2 := s.pending[g]; !ok && !ok2 {
+			names = append(names, g)
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // gsFramer packs encoded ops into frames of at most gsFormat.MaxLen payload bytes.
@@ -581,12 +699,14 @@ type gsFramer struct {
 	b       []byte
 	start   int // of the open frame; -1 if none
 	scratch []byte
+	frames  int // frames ended so far
 }
 
 func (fr *gsFramer) end() {
 	if fr.start >= 0 {
 		fr.b = gsFormat.End(fr.b, fr.start)
 		fr.start = -1
+		fr.frames++
 	}
 }
 
@@ -616,10 +736,18 @@ func (fr *gsFramer) addSplit(op *gsOp) {
 // ---- writer ----
 
 func (s *GroupStore) enqueue(op *gsOp) {
+	if s.cl != nil {
+		op.shard = GroupShardFor(op.group)
+	}
 	s.closeMu.Lock()
 	if s.closed {
 		s.closeMu.Unlock()
 		op.done(ErrGroupStoreClosed)
+		return
+	}
+	if s.cl != nil && s.cl.state[op.shard] != gsShardLoaded {
+		s.closeMu.Unlock()
+		op.done(fmt.Errorf("cannot store offsets of group (%.64q, shard %d): %w", op.group, op.shard, ErrGroupShardNotLoaded))
 		return
 	}
 	ok := s.writer.TryPush(op)
@@ -634,13 +762,18 @@ func (s *GroupStore) enqueue(op *gsOp) {
 // limit), fsync'd, applied and acknowledged; an op refused by a write-time limit fails alone.
 func (s *GroupStore) writeOps(ops []*gsOp) {
 	s.writeBatch(ops)
+	s.checkPublish(ops)
 	failed := false
 	for _, op := range ops {
-		if op.err == nil {
+		if op.err == nil && op.ctl == nil {
 			s.apply(op)
 		}
 	}
 	for _, op := range ops {
+		if op.ctl != nil {
+			op.done(op.ctl())
+			continue
+		}
 		err := op.err
 		if err != nil {
 			failed = true
@@ -704,13 +837,23 @@ func (s *GroupStore) writeBatch(ops []*gsOp) {
 		return true
 	}
 	for i, op := range ops {
+		if op.ctl != nil {
+			continue
+		}
 		if err := gsCheckOp(op); err != nil {
 			op.err = err
 			gsRefusedTotal.Inc()
 			continue
 		}
 		mark := len(b)
-		b = gsAppendOp(b, op)
+		if s.cl != nil {
+			// Cluster mode: the (shard, epoch, seq, length) prefix, then the op.
+			s.opBuf = gsAppendOp(s.opBuf[:0], op)
+			b = s.cl.stamp(b, op, len(s.opBuf))
+			b = append(b, s.opBuf...)
+		} else {
+			b = gsAppendOp(b, op)
+		}
 		if len(b)-start-gsFrameHdr <= gsFormat.MaxLen {
 			continue
 		}
@@ -762,7 +905,11 @@ func (s *GroupStore) setFile(f *os.File, size int64) {
 // rewrite replaces the log with a snapshot of the in-memory committed set.
 func (s *GroupStore) rewrite() error {
 	tmp := s.path + ".tmp"
-	data := append([]byte(gsHeader), s.snapshot(nil)...)
+	if s.cl != nil {
+		return s.roll()
+	}
+	snap, _ := s.snapshot(nil, -1)
+	data := append([]byte(gsHeader), snap...)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("cannot compact offset store (%s): %w", s.path, err)
@@ -855,33 +1002,27 @@ func (s *GroupStore) Offsets(group string) []GroupOffset {
 	return out
 }
 
-// HasGroup reports whether group has at least one committed offset or an open transaction's
-// staged offsets (Apache loads a group that only has pending transactional offsets as Empty).
+// HasGroup reports whether group has at least one committed offset, an open transaction's
+// staged offsets (Apache loads a group that only has pending transactional offsets as Empty) or
+// persisted metadata.
 func (s *GroupStore) HasGroup(group string) bool {
 	s.mu.RLock()
 	_, ok := s.groups[group]
 	if !ok {
 		_, ok = s.pending[group]
 	}
+	if !ok {
+		_, ok = s.meta[group]
+	}
 	s.mu.RUnlock()
 	return ok
 }
 
-// Groups lists every group with committed or pending offsets, sorted.
+// Groups lists every group with committed or pending offsets or persisted metadata, sorted.
 func (s *GroupStore) Groups() []string {
 	s.mu.RLock()
-	out := make([]string, 0, len(s.groups)+len(s.pending))
-	for g := range s.groups {
-		out = append(out, g)
-	}
-	for g := range s.pending {
-		if _, ok := s.groups[g]; !ok {
-			out = append(out, g)
-		}
-	}
-	s.mu.RUnlock()
-	sort.Strings(out)
-	return out
+	defer s.mu.RUnlock()
+	return s.groupNamesLocked()
 }
 
 // StageTxnOffsets durably stages offs as producerID's transactional offsets for group

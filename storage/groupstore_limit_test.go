@@ -180,12 +180,12 @@ func TestGroupStoreSnapshotSplitsLargeStaging(t *testing.T) {
 			superseded: p%3 == 0}
 	}
 	s.pending["g"] = map[int64]*gsPending{7: pe}
-	snap := s.snapshot(nil)
+	snap, _ := s.snapshot(nil, -1)
 	r := &GroupStore{groups: map[string]map[GroupPartition]GroupOffset{}, pending: map[string]map[int64]*gsPending{}}
 	frames := 0
 	sc := framelog.Scanner{Format: &gsFormat, Frame: func(_ int, p []byte) (bool, error) {
 		frames++
-		ops, err := gsDecodeOps(p)
+		ops, err := gsDecodeOps(p, false)
 		for _, op := range ops {
 			r.apply(op)
 		}

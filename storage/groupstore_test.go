@@ -288,10 +288,12 @@ func FuzzGroupStoreDecode(f *testing.F) {
 		superseded: []bool{false, true}}))
 	f.Add(gsAppendOp(nil, &gsOp{kind: gsOpTxnCmt, group: "g", pid: 7}))
 	f.Add(gsAppendOp(nil, &gsOp{kind: gsOpTxnAbrt, group: "g", pid: -1}))
+	f.Add(gsAppendOp(nil, &gsOp{kind: gsOpMeta, group: "g", meta: gsTestMeta(3, "assigned")}))
+	f.Add(gsAppendOp(nil, &gsOp{kind: gsOpMeta, group: "g"}))
 	f.Add([]byte{2, 1, 'g'})
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ops, err := gsDecodeOps(b)
+		ops, err := gsDecodeOps(b, false)
 		if err != nil {
 			return
 		}
@@ -299,7 +301,7 @@ func FuzzGroupStoreDecode(f *testing.F) {
 		for _, op := range ops {
 			re = gsAppendOp(re, op)
 		}
-		if _, err := gsDecodeOps(re); err != nil {
+		if _, err := gsDecodeOps(re, false); err != nil {
 			t.Fatalf("re-encoding a decoded payload fails: %v", err)
 		}
 	})

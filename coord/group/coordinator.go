@@ -46,6 +46,10 @@ type Store interface {
 	StageTxnOffsets(group string, producerID int64, producerEpoch int16, offs []storage.GroupOffset, done func(error))
 	CompleteTxnOffsets(group string, producerID int64, commit bool, done func(error))
 	PendingEpoch(group string, producerID int64) (int16, bool)
+	// StoreGroupMetaAsync durably records a classic group's metadata (nil: the tombstone);
+	// GroupMeta reads the durable one (meta.go).
+	StoreGroupMetaAsync(group string, m *storage.GroupMeta, done func(error))
+	GroupMeta(group string) (*storage.GroupMeta, bool)
 }
 
 // Config holds the group.* broker settings.
@@ -107,11 +111,20 @@ func New(cfg Config, store Store, log *zap.Logger) *Coordinator {
 	c := &Coordinator{cfg: cfg, store: store, log: log.Named("groups"), groups: make(map[string]*group)}
 	c.drained = sync.NewCond(&c.mu)
 	if !cfg.ShardsUnowned {
-		// Committed offsets are already in the store's memory, and groups are materialised from
-		// it on first use, so serving every shard at once costs nothing.
+		// Committed offsets are already in the store's memory, and groups that only have
+		// offsets are materialised from it on first use, so serving every shard at once costs
+		// nothing. Groups with persisted metadata come back now (Stable, at their generation),
+		// so their members' sessions start with the broker rather than at some later lookup.
 		for i := range c.shards {
 			c.shards[i].state = shardLoaded
 		}
+		c.mu.Lock()
+		for _, id := range store.Groups() {
+			if _, ok := store.GroupMeta(id); ok {
+				c.groups[id] = c.materialize(id)
+			}
+		}
+		c.mu.Unlock()
 	}
 	return c
 }
@@ -163,7 +176,7 @@ func (c *Coordinator) lookup(id string, create bool) (*group, int16) {
 	if !create && !c.store.HasGroup(id) {
 		return nil, codec.CodeNone
 	}
-	g := newGroup(c, id)
+	g := c.materialize(id)
 	c.groups[id] = g
 	return g, codec.CodeNone
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage"
 	"github.com/kaas-go/kaas/storage/mailbox"
 )
 
@@ -154,6 +155,12 @@ type group struct {
 	subscribed   map[string]struct{} // topics of the current generation; nil = unknown
 	nextSeq      uint64
 	unloaded     bool
+
+	// Persisted metadata (meta.go): the last written (or loaded) one, and the leader's
+	// assignment of generation assignGen waiting for its write before it is handed out.
+	written       *storage.GroupMeta
+	assignPending bool
+	assignGen     int32
 
 	// Transactional offset commits (txn_offsets.go).
 	txnEpoch  map[int64]int16     // producer id → highest producer epoch seen staging here
@@ -460,6 +467,7 @@ func (g *group) removeMemberAndUpdate(m *member, code int16) {
 	case PreparingRebalance:
 		g.tryCompleteJoin()
 	}
+	g.persistMeta("member removed")
 }
 
 func (g *group) removePending(id string) {
@@ -566,6 +574,7 @@ func (g *group) completeJoin() {
 		g.subscribed = nil
 		g.transition(Empty)
 		g.log.Info("group is now empty", zap.Int32("generation", g.generation))
+		g.persistMeta("group is empty")
 		return
 	}
 	g.protocol = g.selectProtocol()
@@ -630,6 +639,7 @@ func (g *group) expirePendingSync(gen int32) {
 		}
 		g.pendingSync = make(map[string]struct{})
 		g.prepareRebalance("pending SyncGroup expired")
+		g.persistMeta("pending SyncGroup expired")
 	}
 }
 
@@ -676,8 +686,10 @@ func (g *group) validateMember(memberID, instanceID string) int16 {
 	return codec.CodeNone
 }
 
-// unload stops everything and answers parked requests NOT_COORDINATOR (coordinator shutdown).
+// unload writes the group's final metadata, stops everything and answers parked requests
+// NOT_COORDINATOR (coordinator shutdown or shard release).
 func (g *group) unload() {
+	g.persistFinal()
 	g.stop(&g.join)
 	g.stop(&g.syncTimer)
 	for id, t := range g.pending {

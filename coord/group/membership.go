@@ -341,6 +341,8 @@ func (g *group) updateStaticMember(oldID, newID string, jr *joinReq) {
 				resp.LeaderID = currentLeader
 			}
 			m.awaitingJoin = nil
+			// The next coordinator must know the new member id (Apache stores the group here too).
+			g.persistMeta("static member replaced")
 			jr.reply(resp)
 			return
 		}
@@ -417,7 +419,7 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest, reply func(*kmsg.Syn
 			}
 			m.awaitingSync = sr
 			delete(g.pendingSync, memberID)
-			if memberID != g.leader {
+			if memberID != g.leader || (g.assignPending && g.assignGen == g.generation) {
 				return
 			}
 			// Members the leader left out get a real, empty assignment; ids that are not
@@ -431,8 +433,7 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest, reply func(*kmsg.Syn
 			}
 			g.log.Info("assignment received from leader", zap.Int32("generation", g.generation),
 				zap.Int("members", len(g.members)))
-			g.transition(Stable)
-			g.propagateAssignment()
+			g.storeAssignment()
 		case Stable:
 			delete(g.pendingSync, memberID)
 			reply(g.syncOK(sr, m.assignment))

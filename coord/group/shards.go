@@ -25,18 +25,19 @@ package group
 //
 // What a release keeps: every committed offset and every staged transactional offset was
 // acknowledged only after the GroupStore fsync'd it, and a release waits for every store write
-// admitted before it began (shardInfo.inflight) before the shard leaves "releasing". What it drops:
-// the in-memory groups (members, generations, timers). Classic-group membership is not
-// persisted (Apache writes it to __consumer_offsets; we do not), so after a move members get
-// NOT_COORDINATOR or UNKNOWN_MEMBER_ID on their next heartbeat and rejoin, which is what an Apache
-// consumer does after a coordinator move anyway.
+// admitted before it began (shardInfo.inflight) before the shard leaves "releasing". Each group's
+// metadata (generation, leader, members, assignments; meta.go) is written once more as the group
+// unloads, and the release waits for that too. What it drops: the in-memory groups (timers,
+// parked requests, answered NOT_COORDINATOR). Members keep their generation: the next
+// coordinator serves it.
 //
-// What a load rebuilds: an Empty group for every group of the shard the store holds committed or
-// staged offsets for (Apache's loadGroupsAndOffsets caches every group it reads). Their
-// offsets, staged transactional offsets and the highest staging producer epoch are read through
-// the store on demand, so nothing else is copied. The GroupStore is today one log for every
-// shard, so a load has nothing to replay; a store split per shard (cluster mode) replays the
-// shard's log in ShardLoader.LoadShard, while the shard answers 14.
+// What a load rebuilds: for every group of the shard the store holds offsets, staged offsets or
+// metadata for (Apache's loadGroupsAndOffsets caches every group it reads), the group restored
+// from its metadata (Stable at its generation, each member with a fresh session), or an Empty
+// group when it has none. Offsets, staged transactional offsets and the highest staging producer
+// epoch are read through the store on demand, so nothing else is copied. In single mode the
+// GroupStore is one log for every shard, so a load has nothing to replay; in cluster mode the
+// store replays the shard (ShardLoader.LoadShard) while the shard answers 14.
 //
 // Lock order: Coordinator.mu, then a group's mailbox lock (never the other way round: code on a
 // group's goroutine takes Coordinator.mu only with no mailbox lock held).
@@ -48,26 +49,22 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/storage"
 )
 
-// NumShards is the number of group shards, Apache's offsets.topic.num.partitions default.
-const NumShards = 50
+// NumShards is the number of group shards, Apache's offsets.topic.num.partitions default (the
+// store shards by the same number).
+const NumShards = storage.GroupShards
 
 // ShardFor is the shard of a group: fnv1a32(group) % NumShards.
-func ShardFor(group string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(group); i++ {
-		h ^= uint32(group[i])
-		h *= 16777619
-	}
-	return int(h % NumShards)
-}
+func ShardFor(group string) int { return storage.GroupShardFor(group) }
 
 // ShardLoader is implemented by a store that holds shards separately and must read a shard
-// before its groups can be served (cluster mode). LoadShard returns once the shard's committed
-// and staged offsets are readable; ReleaseShard once they are durable and dropped from memory.
+// before its groups can be served (cluster mode, *storage.GroupStore). LoadShard returns once the
+// shard's committed and staged offsets and group metadata are readable and its writes will carry
+// epoch; ReleaseShard once they are durable and dropped from memory.
 type ShardLoader interface {
-	LoadShard(shard int) error
+	LoadShard(shard int, epoch int32) error
 	ReleaseShard(shard int) error
 }
 
@@ -186,7 +183,7 @@ func (c *Coordinator) LoadShard(n int, epoch int32, done func(error)) {
 	sh.state, sh.epoch = shardLoading, epoch
 	c.mu.Unlock()
 	go func() {
-		err := c.loadShard(n)
+		err := c.loadShard(n, epoch)
 		c.mu.Lock()
 		if err != nil || c.closed {
 			sh.state = shardUnowned
@@ -205,11 +202,11 @@ func (c *Coordinator) LoadShard(n int, epoch int32, done func(error)) {
 	}()
 }
 
-// loadShard rebuilds shard n's groups from the store (Empty groups for every group it holds
-// offsets for). The shard answers 14 meanwhile, so nothing else creates its groups.
-func (c *Coordinator) loadShard(n int) error {
+// loadShard rebuilds shard n's groups from the store (restored from their metadata, else Empty).
+// The shard answers 14 meanwhile, so nothing else creates its groups.
+func (c *Coordinator) loadShard(n int, epoch int32) error {
 	if l, ok := c.store.(ShardLoader); ok {
-		if err := l.LoadShard(n); err != nil {
+		if err := l.LoadShard(n, epoch); err != nil {
 			return err
 		}
 	}
@@ -218,7 +215,7 @@ func (c *Coordinator) loadShard(n int) error {
 	defer c.mu.Unlock()
 	for _, id := range ids {
 		if ShardFor(id) == n && c.groups[id] == nil {
-			c.groups[id] = newGroup(c, id)
+			c.groups[id] = c.materialize(id)
 		}
 	}
 	return nil
@@ -305,6 +302,14 @@ func (c *Coordinator) beginStore(g *group) bool {
 	}
 	c.shards[g.shard].inflight++
 	return true
+}
+
+// beginFinalStore admits unload's metadata write (meta.go) whatever the shard's state: the
+// release (or Close) that is unloading the group waits for it.
+func (c *Coordinator) beginFinalStore(g *group) {
+	c.mu.Lock()
+	c.shards[g.shard].inflight++
+	c.mu.Unlock()
 }
 
 func (c *Coordinator) endStore(g *group) {
