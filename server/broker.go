@@ -158,7 +158,14 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if err != nil {
 		return nil, fmt.Errorf("cannot open committed offsets (refusing to start): %w", err)
 	}
-	b.Groups = group.New(GroupConfig(cfg), b.Offsets, log.Named("group"))
+	gcfg := GroupConfig(cfg)
+	if b.cluster != nil {
+		// Shards load when the controller assigns them (LoadShard at the assignment's epoch);
+		// the offsets log acknowledges only while the lease deadline holds (Rule P).
+		gcfg.ShardsUnowned = true
+		b.Offsets.SetPublish(b.cluster.member.Publishable)
+	}
+	b.Groups = group.New(gcfg, b.Offsets, log.Named("group"))
 	if err := b.Groups.Start(); err != nil {
 		return nil, err
 	}

@@ -287,6 +287,15 @@ func (cn *clusterNode) collectDeadWALs(b *Broker) {
 			if !e.IsDir() || live[name] {
 				continue
 			}
+			// The dead incarnation's committed-offset logs go once every op in them is covered
+			// by a newer shard checkpoint; its WAL once every partition in it has a newer epoch.
+			if id, inc, ok := parseIncarnationDir(name); ok {
+				if n, err := storage.RemoveDeadGroupLogs(cn.cfg.DataDir, id, inc); err != nil {
+					cn.log.Warn("cannot collect a dead incarnation's offset logs", zap.String("incarnation", name), zap.Error(err))
+				} else if n > 0 {
+					cn.log.Info("removed a dead incarnation's offset logs", zap.String("incarnation", name), zap.Int("logs", n))
+				}
+			}
 			removed, err := b.Store.RemoveDeadWAL(filepath.Join(dir, name))
 			switch {
 			case err != nil:
@@ -296,6 +305,23 @@ func (cn *clusterNode) collectDeadWALs(b *Broker) {
 			}
 		}
 	}
+}
+
+// parseIncarnationDir splits a WAL directory name b<id>-i<inc>.
+func parseIncarnationDir(name string) (int32, string, bool) {
+	rest, ok := strings.CutPrefix(name, "b")
+	if !ok {
+		return 0, "", false
+	}
+	idStr, inc, ok := strings.Cut(rest, "-i")
+	if !ok || inc == "" {
+		return 0, "", false
+	}
+	id, err := strconv.ParseInt(idStr, 10, 32)
+	if err != nil {
+		return 0, "", false
+	}
+	return int32(id), inc, true
 }
 
 // liveIncarnations are the WAL directory names (b<id>-i<inc>) of the registered brokers.
