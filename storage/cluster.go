@@ -363,10 +363,10 @@ type segFile struct {
 // partitionView is what a fresh listing of a partition directory says is valid.
 type partitionView struct {
 	records map[int32]*epochRecord
-	segs    []segFile         // valid segments by base, capped where an epoch file says so
-	epochTo map[int32]int64   // recorded end offset of an epoch (snapshots above it are a zombie's)
-	valid   func(int32) bool  // whether files named with that epoch count
-	latest  int32             // highest epoch with a record (-1: none)
+	segs    []segFile        // valid segments by base, capped where an epoch file says so
+	epochTo map[int32]int64  // recorded end offset of an epoch (snapshots above it are a zombie's)
+	valid   func(int32) bool // whether files named with that epoch count
+	latest  int32            // highest epoch with a record (-1: none)
 }
 
 // readPartitionView lists dir and applies the epoch chain (see the top of this file) for a taker
