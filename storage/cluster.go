@@ -250,6 +250,9 @@ func (s *Store) EnsureTopic(name string, id [16]byte, partitions int32, configs 
 		}
 		return t, nil
 	}
+	if o := s.byID[id]; o != nil {
+		return nil, fmt.Errorf("%w: id %x belongs to topic %s, not %s", ErrTopicExists, id, o.Name, name)
+	}
 	dir := filepath.Join(s.topicsDir(), name)
 	overrides := make(map[string]string, len(configs))
 	for k, v := range configs {

@@ -503,3 +503,80 @@ func TestSelfTestVolume(t *testing.T) {
 		t.Fatalf("self-test of a missing dir: %v", err)
 	}
 }
+
+func TestTakeOverAcrossRolledSegments(t *testing.T) {
+	dir := t.TempDir()
+	small := map[string]string{"segment.bytes": "1024"}
+	cfs := crashfs.New()
+	a := openClusterStore(t, dir, 1, "a1", hostFS{cfs.Host("a")})
+	if _, err := a.EnsureTopic("r", clusterTopicID, 1, small); err == nil {
+		t.Fatal("EnsureTopic of a second name with the same id should collide in the id index")
+	}
+	if err := a.AlterTopicConfig("t", map[string]*string{"segment.bytes": ptr("1024")}); err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := takeOver(t, a, 1, Handover{})
+	appendN(t, pa, 3, 0, 20) // ~190 bytes each: several epoch-1 segments, rolled (fsync'd) ones and an open one
+	if n := len(*pa.segs.Load()); n < 3 {
+		t.Fatalf("%d segments, want rolls", n)
+	}
+	cfs.Crash("a")
+	crash(a)
+
+	b := openClusterStore(t, dir, 2, "b1", hostFS{cfs.Host("b")})
+	pb, st := takeOver(t, b, 2, Handover{PrevWALDir: clusterWALDir(dir, 1, "a1")})
+	if st.Salvaged == 0 {
+		t.Fatal("the open segment's unsynced tail should have come from the WAL")
+	}
+	checkLog(t, pb, 20)
+	appendN(t, pb, 3, 20, 10)
+	rec, err := b.Release("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	c := openClusterStore(t, dir, 3, "c1", hostFS{cfs.Host("c")})
+	defer c.Close()
+	pc, st := takeOver(t, c, 3, Handover{Release: &rec})
+	checkLog(t, pc, 30)
+	if r := pc.Append(makeBatch(t, tb{pid: 3, seq: 29, value: 100}), time.Now().UnixMilli()); !r.Duplicate {
+		t.Fatalf("producer state lost: %+v", r)
+	}
+	// Epoch 1's open segment has no index of its own (a crashed): c scans it, read-only, up to
+	// the end epoch-2.json recorded. Everything else is opened from its indexes.
+	if want := readEpochFile(t, dir, 2).Prev.End; st.Scanned != want {
+		t.Fatalf("scanned %d bytes, want only the capped open segment of epoch 1 (%d bytes)", st.Scanned, want)
+	}
+}
+
+func TestTakeOverOfSingleBrokerData(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, withWAL)
+	p := newPartition(t, s, nil)
+	appendN(t, p, -1, 0, 4)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The single-broker topic has a random id; a cluster store ensures it with the same one.
+	c, err := Open(Config{Dir: dir, Lazy: true, WAL: true, Incarnation: "c1", WALDir: clusterWALDir(dir, 1, "c1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pc, _ := takeOver(t, c, 1, Handover{})
+	bs := checkLog(t, pc, 4)
+	if bs[0].PartitionLeaderEpoch() != 0 {
+		t.Fatalf("single-broker batch epoch %d", bs[0].PartitionLeaderEpoch())
+	}
+	appendN(t, pc, -1, 0, 1)
+	if e, end := pc.EndOffsetForEpoch(0); e != 0 || end != 4 {
+		t.Fatalf("EndOffsetForEpoch(0) = (%d, %d), want (0, 4)", e, end)
+	}
+	part := filepath.Join(dir, "topics", "t", "0")
+	for _, name := range []string{segmentName(0, ".log"), epochFileName(4, 1, ".log"), epochRecordName(1)} {
+		if _, err := os.Stat(filepath.Join(part, name)); err != nil {
+			t.Fatalf("want %s: %v", name, err)
+		}
+	}
+}
