@@ -617,15 +617,16 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 		}
 		st.Scanned += n
 		got, _, _ := seg.stats()
+		valid := seg.size.Load()
 		switch {
-		case sf.capEnd >= 0 && (n != size || got != next):
+		case sf.capEnd >= 0 && (valid != size || got != next):
 			return fmt.Errorf("segment %s holds valid batches up to byte %d (offset %d), its recorded end is byte %d (offset %d)",
-				sf.name, n, got, size, next)
-		case n != size:
+				sf.name, valid, got, size, next)
+		case valid != size:
 			// A closed segment was fsync'd before it was closed: media damage. Its tail stays
 			// a gap (the file is not cut: it is not ours), as recoverLog does for its own.
 			p.log.Error("closed segment of an earlier epoch is damaged; its tail is ignored",
-				zap.String("segment", sf.name), zap.Int64("valid", n), zap.Int64("size", size))
+				zap.String("segment", sf.name), zap.Int64("valid", valid), zap.Int64("size", size))
 		}
 		seg.mu.Lock()
 		seg.next = next

@@ -69,6 +69,8 @@ type Config struct {
 	// walCheckpointEvery).
 	walGenBytes        int64
 	walCheckpointEvery time.Duration
+	// Tests only: recovery checkpoint period in cluster mode (0 = recoveryCheckpointBytes).
+	recoveryCheckpointBytes int64
 }
 
 // DefaultProducerIDExpiration is Apache's producer.id.expiration.ms default (one day).

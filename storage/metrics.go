@@ -54,4 +54,5 @@ var (
 	publishRefusedTotal         = metrics.NewCounter("kaas_storage_publish_refused_total")
 	deadWALsRemovedTotal        = metrics.NewCounter("kaas_storage_dead_wal_removed_total")
 	volumeSelfTestFailuresTotal = metrics.NewCounter("kaas_storage_volume_selftest_failures_total")
+	recoveryCheckpointsTotal    = metrics.NewCounter("kaas_storage_recovery_checkpoints_total")
 )

@@ -713,6 +713,9 @@ func (p *Partition) rollLocked() error {
 			// Rebuilt from the log on the next open.
 			p.log.Warn("cannot write transaction index", zap.Int64("segment", old.base), zap.Error(terr))
 		}
+		if old.ckptPos.Load() > 0 {
+			_ = os.Remove(old.path(".ckpt")) // superseded by the indexes
+		}
 		p.writeSnapshot(newBase, snap)
 		seg, err = p.createSegment(newBase)
 	}
@@ -1072,6 +1075,10 @@ func (p *Partition) flushOnce() error {
 	}
 	end, seg, pos, durable := p.leoLocal, p.active, p.active.size.Load(), p.durableEnd
 	_, maxTs, maxOff := seg.stats()
+	var ck *recoveryCkpt
+	if end > durable {
+		ck = p.captureRecoveryLocked(seg)
+	}
 	// Every byte to flush ([durablePos, pos)) lies in blocks that were written (zeros) and
 	// fsync'd before: fdatasync has no metadata to commit.
 	datasync := pos <= seg.zeroSynced.Load()
@@ -1094,6 +1101,7 @@ func (p *Partition) flushOnce() error {
 				p.log.Error("partition repair failed", zap.Error(rerr))
 			}
 		} else if end > p.durableEnd && seg == p.active {
+			defer p.writeRecoveryCheckpoint(seg, ck)
 			p.durablePos = pos
 			p.flushedMaxTs, p.flushedMaxOff = maxTs, maxOff
 			p.publishHWMLocked(end)

@@ -61,6 +61,8 @@ type segment struct {
 	// given new index files by this partition.
 	epoch   int32
 	foreign bool
+	// ckptPos is the position of the last recovery checkpoint written (recovery_ckpt.go).
+	ckptPos atomic.Int64
 
 	deleted bool // file closed by retention/shutdown; guarded by the partition's segMu
 
@@ -512,10 +514,10 @@ func (s *segment) recover(interval int64) (cut int64, zeroTail bool, err error) 
 }
 
 // scanTo is recover for a segment this partition must not modify (cluster mode: another
-// epoch's file): it verifies batches from the start up to limit bytes (-1: the file size),
-// rebuilds the in-memory indexes and stops at the first batch that fails, without truncating.
-// The logical size becomes the end of the last valid batch, which is also returned (the bytes
-// scanned).
+// epoch's file): it verifies batches up to limit bytes (-1: the file size), from the segment's
+// recovery checkpoint if it has one (recovery_ckpt.go) or else from the start, rebuilds the
+// in-memory indexes and stops at the first batch that fails, without truncating. The logical
+// size becomes the end of the last valid batch; the bytes scanned are returned.
 func (s *segment) scanTo(interval, limit int64) (int64, error) {
 	st, err := s.f.Stat()
 	if err != nil {
@@ -526,9 +528,12 @@ func (s *segment) scanTo(interval, limit int64) (int64, error) {
 		end = min(end, limit)
 	}
 	s.resetIndexes()
-	r := batchReader{f: s.f, end: end}
-	expect := s.base
-	var pos int64
+	start := s.loadRecoveryCheckpoint(end)
+	r := batchReader{f: s.f, pos: start, end: end}
+	s.mu.Lock()
+	expect := s.next
+	s.mu.Unlock()
+	pos := start
 	for {
 		b, status, err := r.next(true)
 		if err != nil {
@@ -543,7 +548,7 @@ func (s *segment) scanTo(interval, limit int64) (int64, error) {
 	}
 	s.size.Store(pos)
 	s.filled.Store(pos)
-	return pos, nil
+	return pos - start, nil
 }
 
 func allZero(b []byte) bool {

@@ -726,6 +726,10 @@ func (w *wal) checkpoint() error {
 func (p *Partition) checkpointSync() error {
 	p.mu.Lock()
 	seg, closed := p.active, p.closed
+	var ck *recoveryCkpt
+	if !closed {
+		ck = p.captureRecoveryLocked(seg)
+	}
 	p.mu.Unlock()
 	if closed {
 		return nil
@@ -742,6 +746,7 @@ func (p *Partition) checkpointSync() error {
 		p.mu.Unlock()
 		return fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, seg.base, err)
 	}
+	p.writeRecoveryCheckpoint(seg, ck)
 	return nil
 }
 
