@@ -547,6 +547,9 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 	if err != nil {
 		return err
 	}
+	if err := removeEpochLeftovers(p.dir, epoch); err != nil {
+		return err
+	}
 	p.snapOK = func(f snapFile) bool {
 		le := max(f.epoch, 0)
 		if !v.valid(le) || le >= epoch {
@@ -575,8 +578,8 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 		case sf.capEnd >= 0:
 			size, next = sf.capEnd, sf.capNext
 		case last && rel != nil:
-			if rel.Segment != sf.name {
-				return fmt.Errorf("release record names segment %s, the newest valid segment is %s", rel.Segment, sf.name)
+			if rel.Segment != sf.name || rel.Epoch != sf.epoch {
+				return fmt.Errorf("release record names segment %s of epoch %d, the newest valid segment is %s", rel.Segment, rel.Epoch, sf.name)
 			}
 			size, next = rel.End, rel.EndOffset
 		case last:
@@ -609,7 +612,10 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 			continue
 		}
 		if last && rel != nil {
-			return fmt.Errorf("released segment %s does not match its release record (end %d, offset %d)", sf.name, rel.End, rel.EndOffset)
+			// Its indexes did not load (a segment whose batches carry no timestamp has no time
+			// index, for one): verify the recorded end by a scan instead.
+			p.log.Warn("released segment's indexes did not load; scanning it", zap.String("segment", sf.name))
+			sf.capEnd, sf.capNext = rel.End, rel.EndOffset
 		}
 		n, err := seg.scanTo(p.interval, size)
 		if err != nil {
@@ -730,6 +736,29 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 }
 
 const math64Max = int64(^uint64(0) >> 1)
+
+// removeEpochLeftovers removes the files named with epoch that an earlier, failed TakeOver at
+// this same epoch left (no epoch file was written, so nobody reads them): they are this
+// leader's own names, and once epoch-E.json exists a stale one would count.
+func removeEpochLeftovers(dir string, epoch int32) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		i := strings.IndexByte(name, '.')
+		if i < 0 {
+			continue
+		}
+		if _, ep, ok := parseEpochName(name, name[i:]); ok && ep == epoch {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("cannot remove leftover of an earlier takeover at epoch %d (%s): %w", epoch, name, err)
+			}
+		}
+	}
+	return nil
+}
 
 // epochCache derives the leader-epoch cache (leader_epoch.go) from the epoch files: epoch 0
 // from offset 0 below the first, then each epoch from its start offset. An epoch that appended

@@ -635,3 +635,56 @@ func TestCrashTakeoverScansFromRecoveryCheckpoint(t *testing.T) {
 		t.Fatalf("producer state lost: %+v", r)
 	}
 }
+
+func TestRetriedTakeoverRemovesItsOwnLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	a := openClusterStore(t, dir, 1, "a1", nil)
+	pa, _ := takeOver(t, a, 1, Handover{})
+	appendN(t, pa, -1, 0, 3)
+	rec, err := a.Release("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	// An earlier attempt at epoch 2 on this broker failed after writing segments (no epoch file).
+	part := filepath.Join(dir, "topics", "t", "0")
+	stale := []string{epochFileName(3, 2, ".log"), epochFileName(900, 2, ".log"), epochFileName(900, 2, ".snapshot")}
+	for _, name := range stale {
+		if err := os.WriteFile(filepath.Join(part, name), makeBatch(t, tb{value: 10}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := openClusterStore(t, dir, 2, "b1", nil)
+	pb, _ := takeOver(t, b, 2, Handover{Release: &rec})
+	appendN(t, pb, -1, 0, 1)
+	if _, err := os.Stat(filepath.Join(part, stale[1])); !os.IsNotExist(err) {
+		t.Fatalf("stale segment of the failed attempt still there: %v", err)
+	}
+	rec, err = b.Release("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	c := openClusterStore(t, dir, 3, "c1", nil)
+	defer c.Close()
+	pc, _ := takeOver(t, c, 3, Handover{Release: &rec})
+	checkLog(t, pc, 4)
+}
+
+func TestClusterModeRequiresLazyAndTakeOver(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Open(Config{Dir: dir, Incarnation: "x"}); err == nil {
+		t.Fatal("cluster mode without Lazy opened")
+	}
+	s := openClusterStore(t, dir, 1, "a1", nil)
+	defer s.Close()
+	if err := s.LoadPartition("t", 0, 1); err == nil {
+		t.Fatal("LoadPartition in cluster mode succeeded")
+	}
+	single := openStore(t, "")
+	defer single.Close()
+	newPartition(t, single, nil)
+	if _, err := single.TakeOver("t", 0, 1, Handover{}); err == nil {
+		t.Fatal("TakeOver in single-broker mode succeeded")
+	}
+}

@@ -100,6 +100,10 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.ProducerIDExpiration <= 0 {
 		cfg.ProducerIDExpiration = DefaultProducerIDExpiration
 	}
+	if cfg.Incarnation != "" && !cfg.Lazy {
+		// Opening every partition with single-broker recovery would cut other epochs' files.
+		return nil, fmt.Errorf("cannot open store (%s): cluster mode (incarnation %s) requires Lazy", cfg.Dir, cfg.Incarnation)
+	}
 	s := &Store{
 		cfg: cfg, fs: cfg.FS, log: cfg.Logger, defaults: cfg.Defaults.withDefaults(),
 		topics: make(map[string]*Topic), byID: make(map[[16]byte]*Topic),
@@ -622,6 +626,9 @@ func (s *Store) LoadPartition(topic string, part, leaderEpoch int32) error {
 	s.mu.RUnlock()
 	if closed {
 		return ErrClosed
+	}
+	if s.cfg.Incarnation != "" {
+		return fmt.Errorf("cannot load partition (%s-%d): a cluster-mode store opens partitions with TakeOver", topic, part)
 	}
 	t := s.Topic(topic)
 	if t == nil {
