@@ -688,3 +688,34 @@ func TestClusterModeRequiresLazyAndTakeOver(t *testing.T) {
 		t.Fatal("TakeOver in single-broker mode succeeded")
 	}
 }
+
+func TestTxnStateSurvivesCrashAndGracefulTakeovers(t *testing.T) {
+	dir := t.TempDir()
+	cfs := crashfs.New()
+	a := openClusterStore(t, dir, 1, "a1", hostFS{cfs.Host("a")})
+	if err := a.AlterTopicConfig("t", map[string]*string{"segment.bytes": ptr("1024")}); err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := takeOver(t, a, 1, Handover{})
+	m := runTxnWorkload(t, pa, 150)
+	m.check(t, pa)
+	cfs.Crash("a")
+	crash(a)
+
+	b := openClusterStore(t, dir, 2, "b1", hostFS{cfs.Host("b")})
+	pb, _ := takeOver(t, b, 2, Handover{PrevWALDir: clusterWALDir(dir, 1, "a1")})
+	m.check(t, pb)
+	rec, err := b.Release("t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	c := openClusterStore(t, dir, 3, "c1", hostFS{cfs.Host("c")})
+	defer c.Close()
+	pc, st := takeOver(t, c, 3, Handover{Release: &rec})
+	m.check(t, pc)
+	if want := readEpochFile(t, dir, 2).Prev.End; st.Scanned != want {
+		t.Fatalf("graceful takeover scanned %d bytes, want only epoch 1's capped open segment (%d)", st.Scanned, want)
+	}
+}
