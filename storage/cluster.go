@@ -361,6 +361,7 @@ type segFile struct {
 	name      string
 	capEnd    int64 // recorded end in bytes (-1: none)
 	capNext   int64 // recorded end offset
+	capBy     int32 // the epoch whose file recorded the end
 }
 
 // partitionView is what a fresh listing of a partition directory says is valid.
@@ -392,6 +393,7 @@ func readPartitionView(dir string, epoch int32) (*partitionView, error) {
 		seg       string
 		base      int64
 		end, next int64
+		by        int32
 	}
 	caps := map[int32]cap{}
 	order := make([]int32, 0, len(recs))
@@ -411,7 +413,7 @@ func readPartitionView(dir string, epoch int32) (*partitionView, error) {
 		if !ok {
 			return nil, fmt.Errorf("cannot parse epoch file (%s): bad prev segment %q", filepath.Join(dir, epochRecordName(e)), pr.Segment)
 		}
-		caps[pr.Epoch] = cap{seg: pr.Segment, base: b, end: pr.End, next: pr.EndOffset}
+		caps[pr.Epoch] = cap{seg: pr.Segment, base: b, end: pr.End, next: pr.EndOffset, by: e}
 		v.epochTo[pr.Epoch] = pr.EndOffset
 	}
 	ents, err := os.ReadDir(dir)
@@ -433,7 +435,7 @@ func readPartitionView(dir string, epoch int32) (*partitionView, error) {
 			case base > c.base:
 				continue // written by epoch le after its successor recorded its end
 			case de.Name() == c.seg:
-				sf.capEnd, sf.capNext = c.end, c.next
+				sf.capEnd, sf.capNext, sf.capBy = c.end, c.next, c.by
 				if c.end == 0 {
 					continue // the epoch ended with an empty segment
 				}
@@ -563,6 +565,7 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 	badTxnBase := int64(math64Max)
 	p.segs.Store(&segs)
 	rel := h.Release
+	var scannedOpen *segment // the dead holder's open segment, scanned here
 	for i, sf := range v.segs {
 		f, err := p.fs.OpenFile(filepath.Join(p.dir, sf.name), os.O_RDONLY, 0)
 		if err != nil {
@@ -590,6 +593,7 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 			}
 			st.Scanned += n
 			badTxnBase = min(badTxnBase, seg.base) // it has no .txnindex: the replay covers it
+			scannedOpen = seg
 			continue
 		default:
 			fi, err := f.Stat()
@@ -597,6 +601,14 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 				return err
 			}
 			size, next = fi.Size(), v.segs[i+1].base
+		}
+		if sf.capEnd > 0 {
+			// The open segment of a crashed epoch: the taker that capped it left its indexes
+			// and aborted transactions under its own epoch's names.
+			if ents, ok := seg.loadPrevCheckpoint(p.dir, sf.capBy, size, next); ok {
+				loadedAborted = append(loadedAborted, ents...)
+				continue
+			}
 		}
 		if ents, ok := seg.loadTxnIndex(next); ok {
 			loadedAborted = append(loadedAborted, ents...)
@@ -724,6 +736,9 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 	}
 	if err := writeFileAtomicTmp(p.dir, epochRecordName(epoch), epochRecordName(epoch)+p.topic.store.tmpSuffix(), buf); err != nil {
 		return fmt.Errorf("cannot write epoch file: %w", err)
+	}
+	if scannedOpen != nil && scannedOpen.size.Load() > 0 {
+		p.writePrevCheckpoint(scannedOpen, epoch, leo)
 	}
 	v.records[epoch] = &rec
 	p.epochs = epochCache(v.records, p.leoLocal)

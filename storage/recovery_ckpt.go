@@ -3,8 +3,10 @@ package storage
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"os"
+	"path/filepath"
 
 	"go.uber.org/zap"
 )
@@ -122,10 +124,63 @@ func (p *Partition) writeRecoveryCheckpoint(seg *segment, ck *recoveryCkpt) {
 	recoveryCheckpointsTotal.Inc()
 }
 
+// prevCkptName and prevTxnName are the files in which the taker at epoch E keeps what it
+// learnt by scanning the crashed previous epoch's open segment (which has no indexes, and which
+// E may not write to): its indexes up to the recorded end, as a recovery checkpoint, and its
+// aborted transactions. A later taker then opens that segment without a scan.
+func prevCkptName(e int32) string { return fmt.Sprintf("epoch-%d.prev.ckpt", e) }
+func prevTxnName(e int32) string  { return fmt.Sprintf("epoch-%d.prev.txnindex", e) }
+
+// writePrevCheckpoint (TakeOver at epoch, after the epoch file) writes seg's in-memory indexes
+// and aborted transactions below next. Failure only costs the next taker a scan.
+func (p *Partition) writePrevCheckpoint(seg *segment, epoch int32, next int64) {
+	seg.mu.Lock()
+	ck := &recoveryCkpt{pos: seg.size.Load(), next: seg.next, maxTs: seg.maxTs, maxTsOff: seg.maxTsOff, rollTs: seg.rollTs,
+		bytesSinceIndex: seg.bytesSinceIndex, index: append([]indexEntry(nil), seg.index...), tindex: append([]timeEntry(nil), seg.tindex...)}
+	seg.mu.Unlock()
+	err := WriteFileAtomic(p.dir, prevTxnName(epoch), encodeTxnIndex(p.txn.abortedRange(seg.base, next)))
+	if err == nil {
+		err = WriteFileAtomic(p.dir, prevCkptName(epoch), ck.encode())
+	}
+	if err != nil {
+		p.log.Warn("cannot write the previous epoch's segment indexes", zap.Int64("segment", seg.base), zap.Error(err))
+	}
+}
+
+// loadPrevCheckpoint installs the indexes that the taker at epoch by wrote for seg (see
+// prevCkptName) if they describe exactly [0, size) and offsets up to next, and returns the
+// segment's aborted transactions.
+func (s *segment) loadPrevCheckpoint(dir string, by int32, size, next int64) ([]AbortedTxn, bool) {
+	tbuf, err := os.ReadFile(filepath.Join(dir, prevTxnName(by)))
+	if err != nil {
+		return nil, false
+	}
+	ents, err := decodeTxnIndex(tbuf, s.base, next)
+	if err != nil {
+		return nil, false
+	}
+	if s.loadRecoveryCheckpointFile(filepath.Join(dir, prevCkptName(by)), size) != size {
+		s.resetIndexes()
+		return nil, false
+	}
+	s.mu.Lock()
+	ok := s.next == next
+	s.mu.Unlock()
+	if !ok {
+		s.resetIndexes()
+		return nil, false
+	}
+	return ents, true
+}
+
 // loadRecoveryCheckpoint installs seg's recovery checkpoint if it is valid and at or below
 // limit, and returns the position to scan from (0 without one).
 func (s *segment) loadRecoveryCheckpoint(limit int64) int64 {
-	buf, err := os.ReadFile(s.path(".ckpt"))
+	return s.loadRecoveryCheckpointFile(s.path(".ckpt"), limit)
+}
+
+func (s *segment) loadRecoveryCheckpointFile(path string, limit int64) int64 {
+	buf, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}

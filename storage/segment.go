@@ -21,6 +21,11 @@ import (
 //	00000000000000000000.txnindex   aborted transactions whose marker is in the segment (txn.go)
 //	00000000000000001234.snapshot   producer state as of offset 1234 (producer.go)
 //
+// In cluster mode (cluster.go) every name carries the writer's leader epoch,
+// <base>-<epoch %010d>.log and so on, and the directory also holds epoch-<E>.json (where the
+// previous epoch ended), <base>-<E>.ckpt (recovery checkpoint, recovery_ckpt.go) and
+// epoch-<E>.prev.{ckpt,txnindex} (the indexes a taker rebuilt for a crashed epoch's open segment).
+//
 // Index files are written only when a segment is closed (roll, clean Close), atomically (tmp +
 // fsync + rename). The active segment's indexes live in memory and are rebuilt by the recovery
 // scan on open, so the hot path never writes or fsyncs an index.
