@@ -119,6 +119,12 @@ type epochSalvage struct {
 
 func epochRecordName(e int32) string { return fmt.Sprintf("epoch-%d.json", e) }
 
+// ClusterWALDir is broker's WAL directory for incarnation inc on the shared volume dataDir
+// (Config.WALDir; Handover.PrevWALDir of a successor): dataDir/__cluster/wal/b<id>-i<inc>.
+func ClusterWALDir(dataDir string, broker int32, inc string) string {
+	return filepath.Join(dataDir, "__cluster", "wal", fmt.Sprintf("b%d-i%s", broker, inc))
+}
+
 // parseEpochRecordName returns E for "epoch-<E>.json".
 func parseEpochRecordName(name string) (int32, bool) {
 	s, ok := strings.CutPrefix(name, "epoch-")
@@ -915,9 +921,13 @@ func (p *Partition) sealActiveLocked() {
 // RemoveDeadWAL removes a dead incarnation's WAL directory (…/b<id>-i<inc>) if every partition
 // with records in it has an epoch file newer than the newest one that incarnation wrote: its
 // records are then either in a successor's segments or were salvaged (design §2.5). It
-// returns false, nil while some partition is not covered yet.
+// returns false, nil while some partition is not covered yet; a directory that is already gone
+// counts as removed.
 func (s *Store) RemoveDeadWAL(dir string) (removed bool, err error) {
 	dir = filepath.Clean(dir)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
 	if dir == filepath.Clean(s.walDir()) {
 		return false, fmt.Errorf("cannot remove write-ahead log (%s): it is this store's own", dir)
 	}

@@ -28,10 +28,7 @@ func (f hostFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) 
 	return cf, nil
 }
 
-// clusterWALDir is broker id's WAL directory for incarnation inc on the volume dir.
-func clusterWALDir(dir string, id int32, inc string) string {
-	return filepath.Join(dir, "__cluster", "wal", "b"+string(rune('0'+id))+"-i"+inc)
-}
+func clusterWALDir(dir string, id int32, inc string) string { return ClusterWALDir(dir, id, inc) }
 
 // openClusterStore opens a Lazy cluster-mode store of broker id, incarnation inc, on the shared
 // volume dir, with fs (nil = the OS) and the WAL on.
@@ -742,5 +739,25 @@ func TestTxnStateSurvivesCrashAndGracefulTakeovers(t *testing.T) {
 	m.check(t, pd)
 	if want := readEpochFile(t, dir, 2).Prev.End; st.Scanned != want {
 		t.Fatalf("scanned %d bytes, want epoch 1's capped open segment (%d)", st.Scanned, want)
+	}
+}
+
+func TestDeleteTopicOnSharedVolume(t *testing.T) {
+	dir := t.TempDir()
+	s1 := openClusterStore(t, dir, 1, "a1", nil)
+	defer s1.Close()
+	s2 := openClusterStore(t, dir, 2, "b1", nil)
+	defer s2.Close()
+	if err := s1.DeleteTopic("t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.DeleteTopic("t"); err != nil {
+		t.Fatalf("second broker deleting the same topic: %v", err)
+	}
+	if s2.Topic("t") != nil {
+		t.Fatal("topic still known")
+	}
+	if removed, err := s1.RemoveDeadWAL(filepath.Join(dir, "__cluster", "wal", "b9-ix")); err != nil || !removed {
+		t.Fatalf("RemoveDeadWAL of a missing dir: %v, %v", removed, err)
 	}
 }

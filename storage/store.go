@@ -388,6 +388,9 @@ func (s *Store) DeleteTopic(name string) error {
 		_ = p.shutdown(false)
 	}
 	if err := s.parkDir(t.dir, name+"-"+hex.EncodeToString(t.ID[:])); err != nil {
+		if s.cfg.Lazy && errors.Is(err, os.ErrNotExist) {
+			return nil // on a shared volume another broker moved it away first
+		}
 		return fmt.Errorf("cannot delete topic (%s): %w", name, err)
 	}
 	return nil
