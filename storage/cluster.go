@@ -376,7 +376,6 @@ type partitionView struct {
 	segs    []segFile        // valid segments by base, capped where an epoch file says so
 	epochTo map[int32]int64  // recorded end offset of an epoch (snapshots above it are a zombie's)
 	valid   func(int32) bool // whether files named with that epoch count
-	latest  int32            // highest epoch with a record (-1: none)
 }
 
 // readPartitionView lists dir and applies the epoch chain (see the top of this file) for a taker
@@ -386,12 +385,11 @@ func readPartitionView(dir string, epoch int32) (*partitionView, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &partitionView{records: recs, epochTo: map[int32]int64{}, latest: -1}
+	v := &partitionView{records: recs, epochTo: map[int32]int64{}}
 	for e := range recs {
 		if e >= epoch {
 			return nil, fmt.Errorf("cannot take over at epoch %d (%s): %s exists", epoch, dir, epochRecordName(e))
 		}
-		v.latest = max(v.latest, e)
 	}
 	v.valid = func(e int32) bool { return e <= 0 || recs[e] != nil }
 	// Caps: the earliest successor's record of each epoch is authoritative.
@@ -539,6 +537,10 @@ func (s *Store) openTakeover(t *Topic, id int32, dir string, epoch int32, h Hand
 		return nil, fmt.Errorf("cannot sync topic dir (%s): %w", t.dir, err)
 	}
 	if err := p.recoverTakeover(epoch, h, st); err != nil {
+		p.mu.Lock()
+		p.closed = true
+		p.untrackAllLocked() // rebuilt producer state was indexed store-wide
+		p.mu.Unlock()
 		p.closeFiles()
 		return nil, fmt.Errorf("cannot take over partition (%s-%d) at epoch %d: %w", t.Name, id, epoch, err)
 	}
