@@ -264,15 +264,13 @@ func (s *Store) EnsureTopic(name string, id [16]byte, partitions int32, configs 
 	for k, v := range configs {
 		overrides[k] = v
 	}
-	if buf, err := os.ReadFile(filepath.Join(dir, topicMetaFile)); err == nil {
-		var m topicMeta
-		if err := json.Unmarshal(buf, &m); err != nil {
-			return nil, fmt.Errorf("cannot parse topic metadata (%s): %w", filepath.Join(dir, topicMetaFile), err)
-		}
+	onDisk := int32(0)
+	if m, err := readTopicMeta(dir); err == nil {
 		if m.ID != hex.EncodeToString(id[:]) {
 			return nil, fmt.Errorf("%w: %s has id %s on the volume, not %x", ErrTopicExists, name, m.ID, id)
 		}
 		partitions = max(partitions, m.Partitions)
+		onDisk = m.Partitions
 		if m.Configs != nil {
 			overrides = m.Configs
 			if cfg, err = ParseTopicConfigs(s.defaults, overrides); err != nil {
@@ -294,11 +292,14 @@ func (s *Store) EnsureTopic(name string, id [16]byte, partitions int32, configs 
 	if err != nil {
 		return nil, fmt.Errorf("cannot create topic (%s): %w", name, err)
 	}
-	if err := t.writeMeta(partitions, overrides); err != nil {
-		for _, p := range parts {
-			_ = p.shutdown(false)
+	if partitions > onDisk {
+		// Only the first broker (or one growing it) writes: the others found the same file.
+		if err := t.writeMeta(partitions, overrides); err != nil {
+			for _, p := range parts {
+				_ = p.shutdown(false)
+			}
+			return nil, err
 		}
-		return nil, err
 	}
 	t.parts.Store(&parts)
 	s.topics[name] = t
@@ -326,15 +327,31 @@ func (s *Store) EnsurePartitions(name string, total int32) error {
 	if err != nil {
 		return fmt.Errorf("cannot create partitions (%s): %w", name, err)
 	}
-	if err := t.writeMeta(total, t.overrides); err != nil {
-		for _, p := range added {
-			_ = p.shutdown(false)
+	if disk, err := readTopicMeta(t.dir); err != nil || disk.Partitions < total {
+		if err := t.writeMeta(total, t.overrides); err != nil {
+			for _, p := range added {
+				_ = p.shutdown(false)
+			}
+			return err
 		}
-		return err
 	}
 	all := append(append(make([]*Partition, 0, total), cur...), added...)
 	t.parts.Store(&all)
 	return nil
+}
+
+// readTopicMeta reads dir/topic.json.
+func readTopicMeta(dir string) (*topicMeta, error) {
+	path := filepath.Join(dir, topicMetaFile)
+	buf, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m topicMeta
+	if err := json.Unmarshal(buf, &m); err != nil {
+		return nil, fmt.Errorf("cannot parse topic metadata (%s): %w", path, err)
+	}
+	return &m, nil
 }
 
 // newPartitions makes partitions [from, to) of t: unloaded ones in a Lazy store, opened ones

@@ -471,6 +471,14 @@ func TestEnsureTopicRaceOnOneVolume(t *testing.T) {
 	if err := s1.EnsurePartitions("race", 4); err != nil || s1.Topic("race").NumPartitions() != 5 {
 		t.Fatalf("EnsurePartitions below the count: %v, %d", err, s1.Topic("race").NumPartitions())
 	}
+	// A broker that has not applied the growth yet rewrites topic.json (a config change): the
+	// count on the volume does not go back.
+	if err := s2.AlterTopicConfig("race", map[string]*string{"retention.ms": ptr("2000")}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := readTopicMeta(filepath.Join(dir, "topics", "race")); err != nil || m.Partitions != 5 {
+		t.Fatalf("topic.json after a stale rewrite: %+v, %v", m, err)
+	}
 	// A third broker opening the volume later finds the topic with its grown count.
 	s3 := open("x3")
 	defer s3.Close()

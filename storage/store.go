@@ -254,6 +254,13 @@ func (s *Store) openPartitions(t *Topic, from, to int32) ([]*Partition, error) {
 
 func (t *Topic) writeMeta(partitions int32, overrides map[string]string) error {
 	m := topicMeta{Name: t.Name, ID: hex.EncodeToString(t.ID[:]), Partitions: partitions, Configs: overrides}
+	if t.store.cfg.Lazy {
+		// Shared volume: another broker may have grown the topic meanwhile; never write a
+		// smaller count back (every broker applies the registry's count, which only grows).
+		if disk, err := readTopicMeta(t.dir); err == nil && disk.ID == m.ID {
+			m.Partitions = max(m.Partitions, disk.Partitions)
+		}
+	}
 	buf, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
