@@ -33,7 +33,11 @@ import (
 //     epoch-X.json exists (or X is 0), so a taker that crashed mid-takeover leaves nothing the
 //     next taker reads.
 //   - A successor never truncates, renames or deletes another epoch's file: it opens them
-//     read-only and keeps their logical end in memory (segment.size).
+//     read-only and keeps their logical end in memory (segment.size). What it learns by
+//     scanning a crashed epoch's open segment (indexes, aborted transactions) it keeps in
+//     files of its own epoch (epoch-<E>.prev.ckpt / .prev.txnindex, recovery_ckpt.go), so the
+//     next takeover of the chain scans nothing. Files of its own epoch left by an earlier,
+//     failed TakeOver at the same epoch are removed first.
 //   - Rule P (Config.Publish): nothing is published unless it is durable and the lease deadline
 //     has not passed, checked after the sync.
 //
@@ -41,8 +45,9 @@ import (
 //
 //	                 ┌─ graceful (h.Release != nil) ─► open the holder's sealed segment at the
 //	 list dir fresh ─┤   recorded end (indexes + snapshot, no scan, no salvage)
-//	 (epoch files,   └─ crash ─► scan the open segment to the first bad/zero batch (nothing cut),
-//	  segments)           rebuild producer + txn state, salvage the dead holder's WAL
+//	 (epoch files,   └─ crash ─► scan the open segment from its recovery checkpoint to the first
+//	  segments)           bad/zero batch (nothing cut), rebuild producer + txn state, salvage
+//	                      the dead holder's WAL
 //	                        │ base < LEO: skip │ base == LEO: append │ base > LEO: ErrSalvageGap
 //	                        ▼
 //	   new segment <LEO>-<E>.log ─► salvaged batches ─► fsync ─► epoch-E.json ─► Rule P ─► HWM = LEO,
@@ -785,8 +790,15 @@ func removeEpochLeftovers(dir string, epoch int32) error {
 	if err != nil {
 		return err
 	}
+	prevPrefix := fmt.Sprintf("epoch-%d.prev.", epoch)
 	for _, e := range ents {
 		name := e.Name()
+		if strings.HasPrefix(name, prevPrefix) {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("cannot remove leftover of an earlier takeover at epoch %d (%s): %w", epoch, name, err)
+			}
+			continue
+		}
 		i := strings.IndexByte(name, '.')
 		if i < 0 {
 			continue

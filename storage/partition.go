@@ -946,6 +946,10 @@ func (p *Partition) segmentSyncFailedLocked(err error) {
 // waiter makes the flusher fsync at once).
 func (p *Partition) Sync(end int64, done func(err error)) {
 	if p.config().FlushMessages > 1 && !(p.markerEnd.Load() > p.hwm.Load() && end > p.hwm.Load()) {
+		if p.topic.store.fenced.Load() {
+			done(ErrFenced) // Rule P: no ack at all once fenced, not even from the page cache
+			return
+		}
 		done(nil)
 		return
 	}
