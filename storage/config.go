@@ -44,10 +44,33 @@ type Config struct {
 	// too, and memory and snapshots stay bounded. 0 = DefaultProducerIDExpiration.
 	ProducerIDExpiration time.Duration
 
+	// Cluster mode (cluster.go; design §2). All zero = single broker, today's behaviour and
+	// file names.
+	//
+	// Lazy: Open reads topic metadata (topic.json) only. Partitions exist with Loaded() false
+	// until TakeOver opens them, and no WAL is replayed at Open: the WAL in Dir/wal (or WALDir)
+	// is not this broker's to replay, the partitions in it may be led by other brokers.
+	Lazy bool
+	// WALDir is the write-ahead log directory ("" = Dir/wal). In cluster mode it is
+	// Dir/__cluster/wal/b<id>-i<inc>, fresh for each incarnation; a successor salvages it.
+	WALDir string
+	// Incarnation (the membership lease, in hex) and BrokerID are written into epoch files.
+	// Incarnation != "" turns on epoch-named segment and snapshot files.
+	Incarnation string
+	BrokerID    int32
+	// Publish is Rule P: called after each durability point (WAL round, partition flush, the
+	// sync of a takeover) and before anything it covers becomes visible (acks, HWM and LSO,
+	// fetched bytes). When it returns false nothing is published, waiting acks fail with
+	// ErrFenced and the store stays fenced for good: the broker is expected to fail-stop. nil =
+	// always true.
+	Publish func() bool
+
 	// Tests only: WAL generation size (0 = walGenBytesDefault) and checkpoint period (0 =
 	// walCheckpointEvery).
 	walGenBytes        int64
 	walCheckpointEvery time.Duration
+	// Tests only: recovery checkpoint period in cluster mode (0 = recoveryCheckpointBytes).
+	recoveryCheckpointBytes int64
 }
 
 // DefaultProducerIDExpiration is Apache's producer.id.expiration.ms default (one day).

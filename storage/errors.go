@@ -45,7 +45,7 @@ func ErrorCode(err error) int16 {
 		return codec.CodeUnknownTopicOrPartition
 	case errors.Is(err, ErrInvalidTopic):
 		return codec.CodeInvalidTopicException
-	case errors.Is(err, ErrNotLoaded):
+	case errors.Is(err, ErrNotLoaded), errors.Is(err, ErrFenced):
 		return codec.CodeNotLeaderForPartition
 	case errors.Is(err, ErrInvalidPartitions):
 		return codec.CodeInvalidPartitions

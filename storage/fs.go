@@ -86,7 +86,13 @@ func WriteFileSynced(path string, data []byte) error {
 // Every small state file of the broker (topic metadata, index files, slot files, cluster id)
 // goes through it.
 func WriteFileAtomic(dir, name string, data []byte) error {
-	tmp := filepath.Join(dir, name+".tmp")
+	return writeFileAtomicTmp(dir, name, name+".tmp", data)
+}
+
+// writeFileAtomicTmp is WriteFileAtomic through the temporary file dir/tmpName (cluster mode:
+// a name of the writer's own, so two brokers writing one file never share a temp file).
+func writeFileAtomicTmp(dir, name, tmpName string, data []byte) error {
+	tmp := filepath.Join(dir, tmpName)
 	err := WriteFileSynced(tmp, data)
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(dir, name))

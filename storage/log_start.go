@@ -212,7 +212,11 @@ func (p *Partition) removeSegmentsLocked(segs []*segment, drop int) {
 	}
 	p.segMu.Unlock()
 	for _, s := range segs[:drop] {
-		for _, ext := range []string{".log", ".index", ".timeindex", ".txnindex"} {
+		exts := []string{".log", ".index", ".timeindex", ".txnindex"}
+		if s.epoch >= 0 {
+			exts = append(exts, ".ckpt") // cluster mode (recovery_ckpt.go)
+		}
+		for _, ext := range exts {
 			if err := os.Remove(s.path(ext)); err != nil && !os.IsNotExist(err) {
 				p.log.Warn("cannot delete segment file", zap.String("file", s.path(ext)), zap.Error(err))
 			}

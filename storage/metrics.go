@@ -44,4 +44,15 @@ var (
 	// Runtime partition load / release (store.go).
 	partitionLoadsTotal    = metrics.NewCounter("kaas_storage_partition_loads_total")
 	partitionReleasesTotal = metrics.NewCounter("kaas_storage_partition_releases_total")
+
+	// Cluster mode (cluster.go): takeover duration, WAL records salvaged from a dead holder,
+	// takeovers refused because an acknowledged record was missing, stores fenced by Rule P,
+	// dead WAL directories removed, and failed volume self-tests.
+	takeoverDuration            = metrics.NewHistogram("kaas_storage_takeover_seconds")
+	salvagedRecordsTotal        = metrics.NewCounter("kaas_storage_salvaged_records_total")
+	salvageGapsTotal            = metrics.NewCounter("kaas_storage_salvage_gaps_total")
+	publishRefusedTotal         = metrics.NewCounter("kaas_storage_publish_refused_total")
+	deadWALsRemovedTotal        = metrics.NewCounter("kaas_storage_dead_wal_removed_total")
+	volumeSelfTestFailuresTotal = metrics.NewCounter("kaas_storage_volume_selftest_failures_total")
+	recoveryCheckpointsTotal    = metrics.NewCounter("kaas_storage_recovery_checkpoints_total")
 )

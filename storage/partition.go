@@ -162,6 +162,16 @@ type Partition struct {
 	preallocate bool
 	zdone       chan struct{}
 	abandon     atomic.Bool // shutdown without a final fsync
+
+	// Cluster mode (cluster.go). nameEpoch is the epoch in the names of the files this partition
+	// creates (noEpoch in single-broker mode: today's names); snapOK says which snapshots count
+	// (nil: unsuffixed names only). sealOnClose makes a clean shutdown also write the active
+	// segment's indexes, so a successor opens it without a scan (Store.Release); the resulting
+	// record is left in releaseRec.
+	nameEpoch   int32
+	snapOK      func(snapFile) bool
+	sealOnClose bool
+	releaseRec  ReleaseRecord
 }
 
 func (p *Partition) config() *TopicConfig { return p.topic.cfg.Load() }
@@ -191,8 +201,19 @@ func (p *Partition) LogStartOffset() int64 { return p.logStart.Load() }
 // advance, call Changed before checking the HWM.
 func (p *Partition) Changed() <-chan struct{} { return *p.changed.Load() }
 
-// publishHWMLocked moves the HWM (under mu) and wakes long-polls.
+// publishHWMLocked moves the HWM (under mu) and wakes long-polls. Every caller has just made
+// [.., end) durable; Rule P (Config.Publish) is checked here, after that durability point and
+// before anything becomes visible. If it fails nothing moves and the store is fenced for good.
 func (p *Partition) publishHWMLocked(end int64) {
+	if !p.topic.store.publishOK() {
+		return
+	}
+	p.publishHWMCheckedLocked(end)
+}
+
+// publishHWMCheckedLocked is publishHWMLocked for a caller that checked Rule P itself (the WAL
+// flusher checks once per round, not once per partition).
+func (p *Partition) publishHWMCheckedLocked(end int64) {
 	p.durableEnd = end
 	p.hwm.Store(end)
 	ch := make(chan struct{})
@@ -209,6 +230,7 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 		zkick: make(chan struct{}, 1), zdone: make(chan struct{}),
 		preallocate: s.cfg.Preallocate,
 		wal:         s.wal,
+		nameEpoch:   noEpoch,
 	}
 	ch := make(chan struct{})
 	p.changed.Store(&ch)
@@ -389,7 +411,7 @@ func (p *Partition) recoverLog() error {
 // entries known from elsewhere (closed segments' .txnindex, or the in-memory index before a
 // repair); only those below the replay start are used, the replay being authoritative after it.
 func (p *Partition) rebuildProducersLocked(end, snapMax int64, keep []AbortedTxn) error {
-	ps, from := loadNewestSnapshot(p.dir, snapMax)
+	ps, from := loadNewestSnapshotOf(p.dir, snapMax, p.snapOK)
 	ls := p.logStart.Load()
 	if from < ls {
 		from = ls
@@ -446,7 +468,7 @@ func (p *Partition) replay(ps *producerState, from, end int64, onAbort func(Abor
 }
 
 func (p *Partition) createSegment(base int64) (*segment, error) {
-	f, err := p.fs.OpenFile(filepath.Join(p.dir, segmentName(base, ".log")), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	f, err := p.fs.OpenFile(filepath.Join(p.dir, epochFileName(base, p.nameEpoch, ".log")), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -457,6 +479,7 @@ func (p *Partition) createSegment(base int64) (*segment, error) {
 		return nil, err
 	}
 	seg := newSegment(p.dir, base, f)
+	seg.epoch = p.nameEpoch
 	seg.zeroOn.Store(p.preallocate)
 	return seg, nil
 }
@@ -494,10 +517,10 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	p.mu.Lock()
 	p.waitRollLocked()
 	res.LogStartOffset = p.logStart.Load()
-	if p.closed {
+	if p.closed || p.topic.store.fenced.Load() {
 		p.mu.Unlock()
 		res.Code = codec.CodeUnknownTopicOrPartition
-		if p.released.Load() {
+		if p.released.Load() || p.topic.store.fenced.Load() {
 			res.Code = codec.CodeNotLeaderForPartition
 		}
 		return res
@@ -690,6 +713,9 @@ func (p *Partition) rollLocked() error {
 			// Rebuilt from the log on the next open.
 			p.log.Warn("cannot write transaction index", zap.Int64("segment", old.base), zap.Error(terr))
 		}
+		if old.ckptPos.Load() > 0 {
+			_ = os.Remove(old.path(".ckpt")) // superseded by the indexes
+		}
 		p.writeSnapshot(newBase, snap)
 		seg, err = p.createSegment(newBase)
 	}
@@ -753,11 +779,11 @@ func (p *Partition) writeSnapshotLocked(offset int64) {
 // writeSnapshot writes an encoded snapshot (snapshotLocked) and prunes older ones; rolls call it
 // without mu.
 func (p *Partition) writeSnapshot(offset int64, snap []byte) {
-	if err := WriteFileAtomic(p.dir, segmentName(offset, ".snapshot"), snap); err != nil {
+	if err := WriteFileAtomic(p.dir, epochFileName(offset, p.nameEpoch, ".snapshot"), snap); err != nil {
 		p.log.Warn("cannot write producer snapshot", zap.Int64("offset", offset), zap.Error(err))
 		return
 	}
-	pruneSnapshots(p.dir, offset, snapshotsKept)
+	pruneSnapshots(p.dir, offset, snapshotsKept, p.nameEpoch)
 }
 
 func (p *Partition) snapshotLocked(offset int64) []byte {
@@ -852,7 +878,7 @@ func (p *Partition) repairLocked() error {
 			}
 		}
 		// Skip the discarded offsets: continue in a fresh segment at the old log end.
-		_ = WriteFileAtomic(p.dir, segmentName(p.leoLocal, ".snapshot"), p.snapshotLocked(p.leoLocal))
+		_ = WriteFileAtomic(p.dir, epochFileName(p.leoLocal, p.nameEpoch, ".snapshot"), p.snapshotLocked(p.leoLocal))
 		if err := seg.writeIndexes(); err != nil {
 			_ = os.Remove(seg.path(".index"))
 			_ = os.Remove(seg.path(".timeindex"))
@@ -920,6 +946,10 @@ func (p *Partition) segmentSyncFailedLocked(err error) {
 // waiter makes the flusher fsync at once).
 func (p *Partition) Sync(end int64, done func(err error)) {
 	if p.config().FlushMessages > 1 && !(p.markerEnd.Load() > p.hwm.Load() && end > p.hwm.Load()) {
+		if p.topic.store.fenced.Load() {
+			done(ErrFenced) // Rule P: no ack at all once fenced, not even from the page cache
+			return
+		}
 		done(nil)
 		return
 	}
@@ -927,6 +957,13 @@ func (p *Partition) Sync(end int64, done func(err error)) {
 	if p.isLostLocked(end) {
 		p.wmu.Unlock()
 		done(ErrLost)
+		return
+	}
+	if p.topic.store.fenced.Load() && p.hwm.Load() < end {
+		// Checked under wmu: Store.fence sets the flag before failing the waiters under wmu,
+		// so a waiter is either failed there or refused here.
+		p.wmu.Unlock()
+		done(ErrFenced)
 		return
 	}
 	if p.hwm.Load() >= end {
@@ -1042,6 +1079,10 @@ func (p *Partition) flushOnce() error {
 	}
 	end, seg, pos, durable := p.leoLocal, p.active, p.active.size.Load(), p.durableEnd
 	_, maxTs, maxOff := seg.stats()
+	var ck *recoveryCkpt
+	if end > durable {
+		ck = p.captureRecoveryLocked(seg)
+	}
 	// Every byte to flush ([durablePos, pos)) lies in blocks that were written (zeros) and
 	// fsync'd before: fdatasync has no metadata to commit.
 	datasync := pos <= seg.zeroSynced.Load()
@@ -1064,6 +1105,7 @@ func (p *Partition) flushOnce() error {
 				p.log.Error("partition repair failed", zap.Error(rerr))
 			}
 		} else if end > p.durableEnd && seg == p.active {
+			defer p.writeRecoveryCheckpoint(seg, ck)
 			p.durablePos = pos
 			p.flushedMaxTs, p.flushedMaxOff = maxTs, maxOff
 			p.publishHWMLocked(end)
@@ -1208,6 +1250,9 @@ func (p *Partition) shutdown(clean bool) error {
 			}
 		}
 		p.writeSnapshotLocked(p.leoLocal)
+		if p.sealOnClose {
+			p.sealActiveLocked()
+		}
 	} else {
 		err = fmt.Errorf("cannot flush partition (%s-%d): log end %d, durable %d", p.topic.Name, p.id, p.leoLocal, p.durableEnd)
 	}
@@ -1262,7 +1307,7 @@ func (p *Partition) closeFiles() {
 // offset > HWM, and KAFKA_STORAGE_ERROR on an I/O error. Reads use pread and never take the
 // append mutex.
 func (p *Partition) Read(dst []byte, offset int64, maxBytes int32, upTo int64) ([]byte, int16) {
-	if p.released.Load() {
+	if p.released.Load() || p.topic.store.fenced.Load() {
 		return dst, codec.CodeNotLeaderForPartition
 	}
 	hwm := p.hwm.Load()

@@ -441,52 +441,105 @@ func decodeProducerSnapshot(buf []byte) (*producerState, int64, error) {
 	return ps, offset, nil
 }
 
-// listSnapshots returns the snapshot offsets in dir, newest first.
-func listSnapshots(dir string) []int64 {
-	ents, _ := os.ReadDir(dir)
-	var offs []int64
-	for _, e := range ents {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".snapshot") {
-			continue
+// snapFile is one producer snapshot file: <offset>.snapshot (epoch noEpoch) or, in cluster mode,
+// <offset>-<epoch>.snapshot.
+type snapFile struct {
+	off   int64
+	epoch int32
+	name  string
+}
+
+// parseEpochName parses "<base %020d><ext>" (epoch noEpoch) or "<base>-<epoch %010d><ext>".
+func parseEpochName(name, ext string) (base int64, epoch int32, ok bool) {
+	stem, found := strings.CutSuffix(name, ext)
+	if !found {
+		return 0, 0, false
+	}
+	epoch = noEpoch
+	if b, e, two := strings.Cut(stem, "-"); two {
+		ep, err := strconv.ParseInt(e, 10, 32)
+		if err != nil || ep < 0 {
+			return 0, 0, false
 		}
-		o, err := strconv.ParseInt(strings.TrimSuffix(name, ".snapshot"), 10, 64)
-		if err == nil {
-			offs = append(offs, o)
+		stem, epoch = b, int32(ep)
+	}
+	base, err := strconv.ParseInt(stem, 10, 64)
+	if err != nil || base < 0 {
+		return 0, 0, false
+	}
+	return base, epoch, true
+}
+
+// listSnapshotFiles returns every snapshot in dir, newest offset first (higher epoch first on a tie).
+func listSnapshotFiles(dir string) []snapFile {
+	ents, _ := os.ReadDir(dir)
+	var out []snapFile
+	for _, e := range ents {
+		if o, ep, ok := parseEpochName(e.Name(), ".snapshot"); ok {
+			out = append(out, snapFile{off: o, epoch: ep, name: e.Name()})
 		}
 	}
-	sort.Slice(offs, func(i, j int) bool { return offs[i] > offs[j] })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].off != out[j].off {
+			return out[i].off > out[j].off
+		}
+		return out[i].epoch > out[j].epoch
+	})
+	return out
+}
+
+// listSnapshots returns the offsets of the single-broker snapshots in dir, newest first.
+func listSnapshots(dir string) []int64 {
+	var offs []int64
+	for _, f := range listSnapshotFiles(dir) {
+		if f.epoch == noEpoch {
+			offs = append(offs, f.off)
+		}
+	}
 	return offs
 }
 
 // loadNewestSnapshot returns the newest valid snapshot at or below maxOffset, or an empty state
-// and offset -1.
+// and offset -1. Only single-broker names count; loadNewestSnapshotOf takes a filter.
 func loadNewestSnapshot(dir string, maxOffset int64) (*producerState, int64) {
-	for _, o := range listSnapshots(dir) {
-		if o > maxOffset {
+	return loadNewestSnapshotOf(dir, maxOffset, nil)
+}
+
+// loadNewestSnapshotOf is loadNewestSnapshot over the snapshots ok accepts (nil: unsuffixed
+// names only).
+func loadNewestSnapshotOf(dir string, maxOffset int64, ok func(snapFile) bool) (*producerState, int64) {
+	for _, f := range listSnapshotFiles(dir) {
+		if f.off > maxOffset {
 			continue // describes offsets the log no longer has (cut back after a failure)
 		}
-		buf, err := os.ReadFile(filepath.Join(dir, segmentName(o, ".snapshot")))
+		if (ok == nil && f.epoch != noEpoch) || (ok != nil && !ok(f)) {
+			continue
+		}
+		buf, err := os.ReadFile(filepath.Join(dir, f.name))
 		if err != nil {
 			continue
 		}
 		ps, off, err := decodeProducerSnapshot(buf)
-		if err != nil || off != o {
+		if err != nil || off != f.off {
 			continue
 		}
-		return ps, o
+		return ps, f.off
 	}
 	return newProducerState(), -1
 }
 
-// pruneSnapshots keeps the newest `keep` snapshots and removes the rest, plus any above maxOffset.
-func pruneSnapshots(dir string, maxOffset int64, keep int) {
+// pruneSnapshots keeps the newest `keep` snapshots named with epoch and removes the rest, plus
+// any above maxOffset. Snapshots of other epochs are never touched (another leader's files).
+func pruneSnapshots(dir string, maxOffset int64, keep int, epoch int32) {
 	kept := 0
-	for _, o := range listSnapshots(dir) {
-		if o <= maxOffset && kept < keep {
+	for _, f := range listSnapshotFiles(dir) {
+		if f.epoch != epoch {
+			continue
+		}
+		if f.off <= maxOffset && kept < keep {
 			kept++
 			continue
 		}
-		_ = os.Remove(filepath.Join(dir, segmentName(o, ".snapshot")))
+		_ = os.Remove(filepath.Join(dir, f.name))
 	}
 }

@@ -21,6 +21,11 @@ import (
 //	00000000000000000000.txnindex   aborted transactions whose marker is in the segment (txn.go)
 //	00000000000000001234.snapshot   producer state as of offset 1234 (producer.go)
 //
+// In cluster mode (cluster.go) every name carries the writer's leader epoch,
+// <base>-<epoch %010d>.log and so on, and the directory also holds epoch-<E>.json (where the
+// previous epoch ended), <base>-<E>.ckpt (recovery checkpoint, recovery_ckpt.go) and
+// epoch-<E>.prev.{ckpt,txnindex} (the indexes a taker rebuilt for a crashed epoch's open segment).
+//
 // Index files are written only when a segment is closed (roll, clean Close), atomically (tmp +
 // fsync + rename). The active segment's indexes live in memory and are rebuilt by the recovery
 // scan on open, so the hot path never writes or fsyncs an index.
@@ -31,6 +36,18 @@ const (
 )
 
 func segmentName(base int64, ext string) string { return fmt.Sprintf("%020d%s", base, ext) }
+
+// noEpoch names a file without an epoch suffix: single-broker mode's names, read as epoch 0.
+const noEpoch int32 = -1
+
+// epochFileName is a segment or snapshot file name. Cluster mode (cluster.go) puts the writer's
+// leader epoch into every name, so that no two leaders ever write one file (design §2.3).
+func epochFileName(base int64, epoch int32, ext string) string {
+	if epoch < 0 {
+		return segmentName(base, ext)
+	}
+	return fmt.Sprintf("%020d-%010d%s", base, epoch, ext)
+}
 
 type indexEntry struct{ rel, pos int32 }
 
@@ -44,6 +61,13 @@ type segment struct {
 	base int64
 	dir  string
 	f    File
+	// epoch is the leader epoch in the file names (noEpoch: single-broker names). foreign marks
+	// a segment another epoch wrote (cluster mode): it is read, never written, truncated or
+	// given new index files by this partition.
+	epoch   int32
+	foreign bool
+	// ckptPos is the position of the last recovery checkpoint written (recovery_ckpt.go).
+	ckptPos atomic.Int64
 
 	deleted bool // file closed by retention/shutdown; guarded by the partition's segMu
 
@@ -78,10 +102,12 @@ type segment struct {
 }
 
 func newSegment(dir string, base int64, f File) *segment {
-	return &segment{base: base, dir: dir, f: f, next: base, maxTs: -1, maxTsOff: -1, rollTs: -1}
+	return &segment{base: base, dir: dir, f: f, epoch: noEpoch, next: base, maxTs: -1, maxTsOff: -1, rollTs: -1}
 }
 
-func (s *segment) path(ext string) string { return filepath.Join(s.dir, segmentName(s.base, ext)) }
+func (s *segment) name(ext string) string { return epochFileName(s.base, s.epoch, ext) }
+
+func (s *segment) path(ext string) string { return filepath.Join(s.dir, s.name(ext)) }
 
 // Pre-zeroing (the active segment's durability fast path).
 //
@@ -352,10 +378,10 @@ func (s *segment) writeIndexes() error {
 		tidx = binary.BigEndian.AppendUint32(tidx, uint32(e.rel))
 	}
 	s.mu.Unlock()
-	if err := WriteFileAtomic(s.dir, segmentName(s.base, ".index"), idx); err != nil {
+	if err := WriteFileAtomic(s.dir, s.name(".index"), idx); err != nil {
 		return err
 	}
-	return WriteFileAtomic(s.dir, segmentName(s.base, ".timeindex"), tidx)
+	return WriteFileAtomic(s.dir, s.name(".timeindex"), tidx)
 }
 
 // loadIndexes reads a closed segment's index files and checks them against the log size and the
@@ -490,6 +516,44 @@ func (s *segment) recover(interval int64) (cut int64, zeroTail bool, err error) 
 	s.size.Store(pos)
 	s.filled.Store(pos)
 	return fileSize - pos, zeroTail, nil
+}
+
+// scanTo is recover for a segment this partition must not modify (cluster mode: another
+// epoch's file): it verifies batches up to limit bytes (-1: the file size), from the segment's
+// recovery checkpoint if it has one (recovery_ckpt.go) or else from the start, rebuilds the
+// in-memory indexes and stops at the first batch that fails, without truncating. The logical
+// size becomes the end of the last valid batch; the bytes scanned are returned.
+func (s *segment) scanTo(interval, limit int64) (int64, error) {
+	st, err := s.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	end := st.Size()
+	if limit >= 0 {
+		end = min(end, limit)
+	}
+	s.resetIndexes()
+	start := s.loadRecoveryCheckpoint(end)
+	r := batchReader{f: s.f, pos: start, end: end}
+	s.mu.Lock()
+	expect := s.next
+	s.mu.Unlock()
+	pos := start
+	for {
+		b, status, err := r.next(true)
+		if err != nil {
+			return 0, err
+		}
+		if status != batchOK || !validStoredBatch(b, expect) {
+			break
+		}
+		s.track(b, pos, interval, b.MaxTimestamp())
+		pos += int64(len(b))
+		expect = b.LastOffset() + 1
+	}
+	s.size.Store(pos)
+	s.filled.Store(pos)
+	return pos - start, nil
 }
 
 func allZero(b []byte) bool {

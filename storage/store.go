@@ -36,6 +36,9 @@ type Store struct {
 
 	wal *wal // shared write-ahead log (Config.WAL), nil when off
 
+	// fenced: Rule P failed once (cluster.go); nothing is published any more.
+	fenced atomic.Bool
+
 	stopRetention chan struct{}
 	retentionDone chan struct{}
 	bg            sync.WaitGroup // background removal of deleted topics
@@ -67,7 +70,12 @@ const topicMetaFile = "topic.json"
 
 func (s *Store) topicsDir() string  { return filepath.Join(s.cfg.Dir, "topics") }
 func (s *Store) deletedDir() string { return filepath.Join(s.cfg.Dir, "deleted") }
-func (s *Store) walDir() string     { return filepath.Join(s.cfg.Dir, walDirName) }
+func (s *Store) walDir() string {
+	if s.cfg.WALDir != "" {
+		return s.cfg.WALDir
+	}
+	return filepath.Join(s.cfg.Dir, walDirName)
+}
 
 // ClusterDir is Dir/__cluster, where cluster-wide state (PID blocks, ...) lives.
 func (s *Store) ClusterDir() string { return filepath.Join(s.cfg.Dir, "__cluster") }
@@ -92,6 +100,10 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.ProducerIDExpiration <= 0 {
 		cfg.ProducerIDExpiration = DefaultProducerIDExpiration
 	}
+	if cfg.Incarnation != "" && !cfg.Lazy {
+		// Opening every partition with single-broker recovery would cut other epochs' files.
+		return nil, fmt.Errorf("cannot open store (%s): cluster mode (incarnation %s) requires Lazy", cfg.Dir, cfg.Incarnation)
+	}
 	s := &Store{
 		cfg: cfg, fs: cfg.FS, log: cfg.Logger, defaults: cfg.Defaults.withDefaults(),
 		topics: make(map[string]*Topic), byID: make(map[[16]byte]*Topic),
@@ -107,9 +119,27 @@ func Open(cfg Config) (*Store, error) {
 	if err := SyncDir(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("cannot sync data dir (%s): %w", cfg.Dir, err)
 	}
+	if cfg.WALDir != "" {
+		for d := filepath.Dir(cfg.WALDir); ; d = filepath.Dir(d) {
+			if err := SyncDir(d); err != nil {
+				return nil, fmt.Errorf("cannot sync write-ahead log parent dir (%s): %w", d, err)
+			}
+			if d == filepath.Clean(cfg.Dir) || d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
+	if cfg.Lazy {
+		// A cluster broker's WAL is fresh per incarnation: generations in it belong to an
+		// incarnation that must be salvaged by a successor, not replayed blindly here.
+		if seqs, err := listWALGens(s.walDir(), false); err != nil || len(seqs) > 0 {
+			return nil, fmt.Errorf("cannot open write-ahead log (%s): not a fresh directory (%d generations, %v)", s.walDir(), len(seqs), err)
+		}
+	}
 	if cfg.WAL {
 		// Partitions pick it up when they open; it starts writing only after the replay below.
 		s.wal = newWAL(s.walDir(), s.fs, s.log, cfg.walGenBytes, cfg.walCheckpointEvery)
+		s.wal.publish = s.publishOK
 	}
 	ents, err := os.ReadDir(s.topicsDir())
 	if err != nil {
@@ -130,8 +160,12 @@ func Open(cfg Config) (*Store, error) {
 		}
 	}
 	// A WAL left by the previous run (crash, or a failure that pinned it) is replayed even if
-	// log.wal.enable is now off: it may hold acknowledged records the segments lost.
-	nextSeq, nextRound, err := s.replayWAL(s.walDir())
+	// log.wal.enable is now off: it may hold acknowledged records the segments lost. (Not in a
+	// Lazy store: a dead incarnation's WAL is salvaged per partition by TakeOver.)
+	nextSeq, nextRound, err := uint64(1), uint64(1), error(nil)
+	if !cfg.Lazy {
+		nextSeq, nextRound, err = s.replayWAL(s.walDir())
+	}
 	if err != nil {
 		s.closeAll(false)
 		s.bg.Wait()
@@ -153,6 +187,10 @@ func Open(cfg Config) (*Store, error) {
 func (s *Store) loadTopic(name string) (*Topic, error) {
 	dir := filepath.Join(s.topicsDir(), name)
 	buf, err := os.ReadFile(filepath.Join(dir, topicMetaFile))
+	if errors.Is(err, os.ErrNotExist) && s.cfg.Lazy {
+		// On a shared volume this may be another broker's creation in progress.
+		return nil, nil
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("removing incomplete topic directory", zap.String("dir", dir))
 		s.parkDir(dir, name+"-incomplete")
@@ -179,7 +217,7 @@ func (s *Store) loadTopic(name string) (*Topic, error) {
 		t.overrides = map[string]string{}
 	}
 	t.cfg.Store(&cfg)
-	parts, err := s.openPartitions(t, 0, m.Partitions)
+	parts, err := s.newPartitions(t, 0, m.Partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -216,11 +254,18 @@ func (s *Store) openPartitions(t *Topic, from, to int32) ([]*Partition, error) {
 
 func (t *Topic) writeMeta(partitions int32, overrides map[string]string) error {
 	m := topicMeta{Name: t.Name, ID: hex.EncodeToString(t.ID[:]), Partitions: partitions, Configs: overrides}
+	if t.store.cfg.Lazy {
+		// Shared volume: another broker may have grown the topic meanwhile; never write a
+		// smaller count back (every broker applies the registry's count, which only grows).
+		if disk, err := readTopicMeta(t.dir); err == nil && disk.ID == m.ID {
+			m.Partitions = max(m.Partitions, disk.Partitions)
+		}
+	}
 	buf, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(t.dir, topicMetaFile, buf); err != nil {
+	if err := writeFileAtomicTmp(t.dir, topicMetaFile, topicMetaFile+t.store.tmpSuffix(), buf); err != nil {
 		return fmt.Errorf("cannot write topic metadata (%s): %w", t.Name, err)
 	}
 	return nil
@@ -350,6 +395,9 @@ func (s *Store) DeleteTopic(name string) error {
 		_ = p.shutdown(false)
 	}
 	if err := s.parkDir(t.dir, name+"-"+hex.EncodeToString(t.ID[:])); err != nil {
+		if s.cfg.Lazy && errors.Is(err, os.ErrNotExist) {
+			return nil // on a shared volume another broker moved it away first
+		}
 		return fmt.Errorf("cannot delete topic (%s): %w", name, err)
 	}
 	return nil
@@ -588,6 +636,9 @@ func (s *Store) LoadPartition(topic string, part, leaderEpoch int32) error {
 	s.mu.RUnlock()
 	if closed {
 		return ErrClosed
+	}
+	if s.cfg.Incarnation != "" {
+		return fmt.Errorf("cannot load partition (%s-%d): a cluster-mode store opens partitions with TakeOver", topic, part)
 	}
 	t := s.Topic(topic)
 	if t == nil {

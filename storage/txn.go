@@ -587,7 +587,7 @@ func (s *segment) loadTxnIndex(next int64) ([]AbortedTxn, bool) {
 // writeTxnIndex persists a closed segment's aborted transactions (removing the file on failure
 // so a stale one is never trusted).
 func (s *segment) writeTxnIndex(ents []AbortedTxn) error {
-	err := WriteFileAtomic(s.dir, segmentName(s.base, ".txnindex"), encodeTxnIndex(ents))
+	err := WriteFileAtomic(s.dir, s.name(".txnindex"), encodeTxnIndex(ents))
 	if err != nil {
 		_ = os.Remove(s.path(".txnindex"))
 	}

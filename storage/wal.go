@@ -168,6 +168,8 @@ type wal struct {
 	log      *zap.Logger
 	genBytes int64
 	ckEvery  time.Duration
+	// publish is the store's Rule P check (Store.publishOK); nil = always.
+	publish func() bool
 
 	// broken is set while the flusher recovers from a WAL failure: appends answer
 	// KAFKA_STORAGE_ERROR instead of queueing behind it.
@@ -302,9 +304,16 @@ func (w *wal) flushRound() bool {
 	w.mu.Unlock()
 
 	err := w.writeRound(buf, recs)
-	if err != nil {
+	switch {
+	case err != nil:
 		w.fail(ents, err)
-	} else {
+	case w.publish != nil && !w.publish():
+		// Rule P, checked once per round after its fdatasync: the records are durable (a
+		// successor salvages them) but nothing is acknowledged or exposed.
+		for i := range ents {
+			ents[i].p.completeWaiters(ErrFenced)
+		}
+	default:
 		w.abandonSeq, w.abandonPos = 0, 0
 		walRecordsPerSync.Update(float64(len(recs)))
 		for i := range ents {
@@ -512,7 +521,7 @@ func (p *Partition) walDurable(e *walEntry) {
 	if !p.closed && e.end > p.durableEnd && e.seg == p.active {
 		p.durablePos = e.pos
 		p.flushedMaxTs, p.flushedMaxOff = e.maxTs, e.maxOff
-		p.publishHWMLocked(e.end)
+		p.publishHWMCheckedLocked(e.end)
 	}
 	p.mu.Unlock()
 }
@@ -717,6 +726,10 @@ func (w *wal) checkpoint() error {
 func (p *Partition) checkpointSync() error {
 	p.mu.Lock()
 	seg, closed := p.active, p.closed
+	var ck *recoveryCkpt
+	if !closed {
+		ck = p.captureRecoveryLocked(seg)
+	}
 	p.mu.Unlock()
 	if closed {
 		return nil
@@ -733,6 +746,7 @@ func (p *Partition) checkpointSync() error {
 		p.mu.Unlock()
 		return fmt.Errorf("cannot fsync segment (%s-%d@%d): %w", p.topic.Name, p.id, seg.base, err)
 	}
+	p.writeRecoveryCheckpoint(seg, ck)
 	return nil
 }
 

@@ -77,7 +77,10 @@ func walGenFormat(seq uint64) *framelog.Format {
 var errWALCorrupt = errors.New("write-ahead log is corrupt")
 
 // listWAL returns the generation seqs in dir, sorted, and removes leftovers (spare, tmp files).
-func listWAL(dir string) ([]uint64, error) {
+func listWAL(dir string) ([]uint64, error) { return listWALGens(dir, true) }
+
+// listWALGens is listWAL; with tidy false nothing is removed (another broker's WAL, salvage).
+func listWALGens(dir string, tidy bool) ([]uint64, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -86,7 +89,9 @@ func listWAL(dir string) ([]uint64, error) {
 	for _, e := range ents {
 		name := e.Name()
 		if !strings.HasSuffix(name, ".wal") {
-			_ = os.Remove(filepath.Join(dir, name)) // spare.wal.tmp: prepared, never written
+			if tidy {
+				_ = os.Remove(filepath.Join(dir, name)) // spare.wal.tmp: prepared, never written
+			}
 			continue
 		}
 		seq, err := strconv.ParseUint(strings.TrimSuffix(name, ".wal"), 10, 64)
@@ -103,30 +108,61 @@ func listWAL(dir string) ([]uint64, error) {
 // can append), fsyncs what it appended and deletes the generations. It returns the next
 // generation seq and round to use, so nothing written later can be confused with these records.
 func (s *Store) replayWAL(dir string) (nextSeq, nextRound uint64, err error) {
-	seqs, err := listWAL(dir)
+	start := time.Now()
+	var (
+		replayed = map[*Partition]bool{}
+		applied  int
+		skipped  int
+	)
+	seqs, lastRound, err := scanWAL(dir, true, s.log, func(r *walRecord, seq uint64, pos int) error {
+		did, err := s.replayRecord(r, seq, pos, replayed)
+		if did {
+			applied++
+		} else if err == nil {
+			skipped++
+		}
+		return err
+	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("cannot list write-ahead log (%s): %w", dir, err)
+		return 0, 0, err
 	}
 	if len(seqs) == 0 {
 		return 1, 1, nil
 	}
-	start := time.Now()
+	for p := range replayed {
+		if err := p.finishReplay(); err != nil {
+			return 0, 0, err
+		}
+	}
+	s.log.Info("write-ahead log replayed", zap.Int("generations", len(seqs)), zap.Int("appended", applied),
+		zap.Int("alreadyPresent", skipped), zap.Int("partitions", len(replayed)), zap.Duration("took", time.Since(start)))
+	// Everything is in fsync'd segments now (each partition's recovery fsync'd its active
+	// segment, finishReplay the replayed ones): the run starts with an empty WAL.
+	if err := removeWAL(dir); err != nil {
+		return 0, 0, err
+	}
+	return seqs[len(seqs)-1] + 1, lastRound + 1, nil
+}
+
+// scanWAL reads every generation in dir in seq order, read-only, with the torn-tail rules of
+// wal.go, and calls fn for each valid record that is not a control record. tidy removes leftover
+// files (a spare) first; salvage of another broker's WAL passes false. It returns the seqs seen
+// and the highest round.
+func scanWAL(dir string, tidy bool, log *zap.Logger, fn func(r *walRecord, seq uint64, pos int) error) (seqs []uint64, lastRound uint64, err error) {
+	seqs, err = listWALGens(dir, tidy)
+	if err != nil {
+		return nil, 0, fmt.Errorf("cannot list write-ahead log (%s): %w", dir, err)
+	}
 	type damage struct {
 		seq uint64
 		pos int64
 	}
-	var (
-		pending   *damage // a torn tail not yet known to be the newest data
-		lastRound uint64
-		replayed  = map[*Partition]bool{}
-		applied   int
-		skipped   int
-	)
+	var pending *damage // a torn tail not yet known to be the newest data
 	for _, seq := range seqs {
 		path := filepath.Join(dir, walGenName(seq))
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return 0, 0, fmt.Errorf("cannot read write-ahead log (%s): %w", path, err)
+			return nil, 0, fmt.Errorf("cannot read write-ahead log (%s): %w", path, err)
 		}
 		genRound, seen := lastRound, false
 		var rounds []uint64 // of the valid records of this generation after its end
@@ -148,14 +184,8 @@ func (s *Store) replayWAL(dir string) (nextSeq, nextRound uint64, err error) {
 				genRound = r.round
 				lastRound = max(lastRound, r.round)
 				if !r.isMarker() {
-					did, err := s.replayRecord(&r, seq, pos, replayed)
-					if err != nil {
+					if err := fn(&r, seq, pos); err != nil {
 						return false, err
-					}
-					if did {
-						applied++
-					} else {
-						skipped++
 					}
 				}
 				return true, nil
@@ -177,34 +207,21 @@ func (s *Store) replayWAL(dir string) (nextSeq, nextRound uint64, err error) {
 		}
 		res, err := sc.Scan(data, 0)
 		if err != nil {
-			return 0, 0, err
+			return nil, 0, err
 		}
 		if res.Damaged {
-			return 0, 0, fmt.Errorf("%w: generation %d is damaged at byte %d and valid records of rounds %v follow (refusing to start)",
+			return nil, 0, fmt.Errorf("%w: generation %d is damaged at byte %d and valid records of rounds %v follow (refusing to start)",
 				errWALCorrupt, seq, res.Stop, rounds)
 		}
-		pos, torn := int(res.Stop), res.Torn
-		if torn && pending == nil {
-			pending = &damage{seq: seq, pos: int64(pos)}
+		if res.Torn && pending == nil {
+			pending = &damage{seq: seq, pos: res.Stop}
 		}
 	}
 	if pending != nil {
-		s.log.Warn("write-ahead log: torn tail of the newest generation, replay stopped there (those records were never acknowledged)",
-			zap.Uint64("generation", pending.seq), zap.Int64("byte", pending.pos))
+		log.Warn("write-ahead log: torn tail of the newest generation, replay stopped there (those records were never acknowledged)",
+			zap.String("dir", dir), zap.Uint64("generation", pending.seq), zap.Int64("byte", pending.pos))
 	}
-	for p := range replayed {
-		if err := p.finishReplay(); err != nil {
-			return 0, 0, err
-		}
-	}
-	s.log.Info("write-ahead log replayed", zap.Int("generations", len(seqs)), zap.Int("appended", applied),
-		zap.Int("alreadyPresent", skipped), zap.Int("partitions", len(replayed)), zap.Duration("took", time.Since(start)))
-	// Everything is in fsync'd segments now (each partition's recovery fsync'd its active
-	// segment, finishReplay the replayed ones): the run starts with an empty WAL.
-	if err := removeWAL(dir); err != nil {
-		return 0, 0, err
-	}
-	return seqs[len(seqs)-1] + 1, lastRound + 1, nil
+	return seqs, lastRound, nil
 }
 
 // replayRecord applies one record. It returns whether it appended.
