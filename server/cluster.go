@@ -153,7 +153,7 @@ func (cn *clusterNode) incarnation() string { return cn.member.Incarnation() }
 // walDir is broker id's WAL directory for incarnation inc on the shared volume: a successor
 // salvages a crashed holder's acknowledged records from it (design §2.5).
 func walDir(dataDir string, broker int32, inc string) string {
-	return filepath.Join(dataDir, "__cluster", "wal", fmt.Sprintf("b%d-i%s", broker, inc))
+	return storage.ClusterWALDir(dataDir, broker, inc)
 }
 
 // start begins serving assignments: the agent loads what the controller gives this broker,

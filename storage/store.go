@@ -403,6 +403,29 @@ func (s *Store) DeleteTopic(name string) error {
 	return nil
 }
 
+// ForgetTopic closes a topic and drops it from this store without touching its files: on a
+// shared volume (cluster mode) the broker that served DeleteTopics parks the directory, and the
+// others, told by etcd, only let go of theirs. Appends, reads and markers on its partitions
+// then answer as for a released partition.
+func (s *Store) ForgetTopic(name string) error {
+	s.mu.Lock()
+	t := s.topics[name]
+	if t == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	delete(s.topics, name)
+	delete(s.byID, t.ID)
+	s.mu.Unlock()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range *t.parts.Load() {
+		_ = p.shutdown(true)
+	}
+	return nil
+}
+
 // parkDir renames dir into Dir/deleted under a unique name and removes it in the background.
 func (s *Store) parkDir(dir, as string) error {
 	dst := filepath.Join(s.deletedDir(), fmt.Sprintf("%s-%d", as, time.Now().UnixNano()))
