@@ -65,7 +65,9 @@ type ResourceID struct {
 	N       int32
 }
 
-func (r Resource) id() ResourceID { return ResourceID{Kind: r.Kind, TopicID: r.TopicID, N: r.Partition} }
+func (r Resource) id() ResourceID {
+	return ResourceID{Kind: r.Kind, TopicID: r.TopicID, N: r.Partition}
+}
 
 func (id ResourceID) String() string {
 	switch id.Kind {
