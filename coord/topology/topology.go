@@ -162,9 +162,9 @@ type snapshot struct {
 	// loadGated (set by RequireLoad): Owner.Local is kept as the setter passed it, for the
 	// local broker only, instead of being derived from Broker == local.
 	loadGated bool
-	parts      map[TopicPartition]Owner
-	slots      [NumTxnSlots]Owner
-	shards     [NumGroupShards]Owner
+	parts     map[TopicPartition]Owner
+	slots     [NumTxnSlots]Owner
+	shards    [NumGroupShards]Owner
 }
 
 // NewTable builds the single-broker topology: local is the only live broker and the controller,
