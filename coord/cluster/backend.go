@@ -88,7 +88,8 @@ type Backend interface {
 	// channel is closed when ctx ends (or after a response carrying Err).
 	Watch(ctx context.Context, prefix string, fromRev int64) <-chan WatchResponse
 	// Campaign blocks until value's candidate (created under prefix with its own session lease of
-	// ttl) is the oldest candidate. Leadership.Done is closed when the candidacy is lost.
+	// ttl) is the oldest candidate. Leadership.Done is closed when the candidacy is lost (its
+	// lease expired, its key was deleted, Resign, or ctx ended).
 	Campaign(ctx context.Context, prefix string, value []byte, ttl time.Duration) (*Leadership, error)
 	Close() error
 }

@@ -511,6 +511,14 @@ func (f *Fake) Campaign(ctx context.Context, prefix string, value []byte, ttl ti
 		changed := s.changed
 		s.mu.Unlock()
 		if oldest {
+			// As with the etcd backend, the leadership ends with ctx.
+			go func() {
+				select {
+				case <-ctx.Done():
+					_ = resign(context.Background())
+				case <-done:
+				}
+			}()
 			return &Leadership{Key: key, Rev: myRev, Done: done, Resign: resign}, nil
 		}
 		select {
