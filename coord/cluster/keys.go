@@ -286,3 +286,15 @@ func decodeCandidate(v []byte) (int32, error) {
 	}
 	return c.Broker, nil
 }
+
+// brokerFromKV and topicFromKV decode the membership and topic records (member.go, topics.go)
+// for the controller and agent, which skip a record they cannot read rather than stop.
+func brokerFromKV(prefix string, kv KV) (BrokerRecord, bool) {
+	r, err := ParseBrokerKV(prefix, kv)
+	return r, err == nil
+}
+
+func topicFromKV(prefix string, kv KV) (TopicMeta, bool) {
+	t, err := ParseTopicKV(prefix, kv)
+	return t, err == nil
+}
