@@ -350,7 +350,13 @@ func (a *Agent) applyLocked(e Event) {
 
 // touchLocked makes sure an assignment naming this broker has a state to be evaluated.
 func (a *Agent) touchLocked(id ResourceID) {
-	if as, ok := a.assigns[id]; ok && a.mineLocked(as) && a.res[id] == nil {
+	if a.res[id] != nil {
+		return
+	}
+	if _, known := a.resourceLocked(id); !known {
+		return // a partition of a topic not (or no longer) known: nothing to act on
+	}
+	if as, ok := a.assigns[id]; ok && a.mineLocked(as) {
 		a.res[id] = &resState{phase: phaseAssigned, backoff: newBackoff()}
 	}
 }
