@@ -158,10 +158,13 @@ type snapshot struct {
 	local      int32
 	controller int32
 	brokers    []Broker
-	local0     Owner // the default: local broker, epoch 0
-	parts      map[TopicPartition]Owner
-	slots      [NumTxnSlots]Owner
-	shards     [NumGroupShards]Owner
+	local0     Owner // the default of a partition without override: local broker, epoch 0 (NoOwner after RequireLoad)
+	// loadGated (set by RequireLoad): Owner.Local is kept as the setter passed it, for the
+	// local broker only, instead of being derived from Broker == local.
+	loadGated bool
+	parts     map[TopicPartition]Owner
+	slots     [NumTxnSlots]Owner
+	shards    [NumGroupShards]Owner
 }
 
 // NewTable builds the single-broker topology: local is the only live broker and the controller,
@@ -223,8 +226,32 @@ func (s *snapshot) normalize(o Owner) Owner {
 	if !o.Known {
 		return NoOwner
 	}
-	o.Local = o.Broker == s.local
+	if s.loadGated {
+		o.Local = o.Local && o.Broker == s.local
+	} else {
+		o.Local = o.Broker == s.local
+	}
 	return o
+}
+
+// RequireLoad switches the table to cluster mode: from now on nothing is owned unless a setter
+// says so (every partition, slot and shard without an override is NoOwner), and a setter's
+// Owner.Local is kept as passed (and only ever true for the local broker). A cluster broker is
+// assigned a resource some time before it has loaded it (it waits for the previous holder's
+// release, then takes over the files); in between the resource is Known, names this broker and
+// its new epoch, and is not Local, so handlers answer NOT_LEADER / COORDINATOR_LOAD_IN_PROGRESS
+// instead of serving state that is not there yet.
+func (t *Table) RequireLoad() {
+	t.update(func(s *snapshot) {
+		s.loadGated = true
+		s.local0 = NoOwner
+		for i := range s.slots {
+			s.slots[i] = NoOwner
+		}
+		for i := range s.shards {
+			s.shards[i] = NoOwner
+		}
+	})
 }
 
 // update publishes a changed copy of the current snapshot.

@@ -163,3 +163,32 @@ func TestTableConcurrentReadersSeeWholeSnapshots(t *testing.T) {
 		t.Fatalf("last write lost: %+v", got)
 	}
 }
+
+func TestTableRequireLoadKeepsLocalAsPassed(t *testing.T) {
+	tb := NewTable(Broker{ID: 1})
+	tb.RequireLoad()
+	if got := tb.Partition("t", 0); got != NoOwner {
+		t.Fatalf("default after RequireLoad %+v, want NoOwner", got)
+	}
+	if tb.TxnSlot(0) != NoOwner || tb.GroupShard(49) != NoOwner {
+		t.Fatal("slots and shards still owned after RequireLoad")
+	}
+	// Assigned to this broker but not loaded yet: Known, not Local.
+	tb.SetPartition("t", 0, Owner{Broker: 1, Epoch: 3, Known: true})
+	if got := tb.Partition("t", 0); got != (Owner{Broker: 1, Epoch: 3, Known: true}) {
+		t.Fatalf("assigned, not loaded: %+v", got)
+	}
+	tb.SetGroupShard(2, Owner{Broker: 1, Epoch: 3, Known: true, Local: true})
+	if got := tb.GroupShard(2); !got.Local {
+		t.Fatalf("loaded shard %+v, want Local", got)
+	}
+	// Local is never true for another broker.
+	tb.SetTxnSlot(2, Owner{Broker: 2, Epoch: 3, Known: true, Local: true})
+	if got := tb.TxnSlot(2); got.Local {
+		t.Fatalf("slot of broker 2 %+v is Local", got)
+	}
+	tb.ForgetTopic("t")
+	if got := tb.Partition("t", 0); got != NoOwner {
+		t.Fatalf("forgotten partition %+v, want NoOwner", got)
+	}
+}
