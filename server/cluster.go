@@ -143,6 +143,7 @@ func joinCluster(cfg *configs.Config, log *zap.Logger, failStop func(string)) (*
 		}
 	}
 	cn.table = topology.NewTable(topology.Broker{ID: cfg.BrokerID, Rack: info.Rack, Endpoints: info.Endpoints})
+	cn.table.RequireLoad() // nothing is local until the agent has loaded it
 	ok = true
 	return cn, nil
 }
