@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 )
 
 // etcdBackend is the Backend over a real etcd cluster.
@@ -37,6 +39,14 @@ func NewEtcd(endpoints []string, dialTimeout time.Duration, log *zap.Logger) (Ba
 		// the kernel's timeout.
 		DialKeepAliveTime:    dialTimeout,
 		DialKeepAliveTimeout: dialTimeout,
+		// gRPC's default reconnect backoff starts at 1 s and grows to 120 s: after an etcd
+		// restart the first keepalive could then come later than the lease deadline, and the
+		// broker would fail-stop although etcd was back within the session timeout. Retry a
+		// lost connection every 100–500 ms instead.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+			MinConnectTimeout: dialTimeout,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to etcd (%v): %w", endpoints, err)
