@@ -32,7 +32,7 @@ type Server struct {
 	relay    net.Listener
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
-	up       bool // relay forwards only while the member is up
+	up       bool   // relay forwards only while the member is up
 	Endpoint string // http://127.0.0.1:<relay port>, stable across Restart
 }
 
