@@ -167,7 +167,6 @@ func TestMemberSurvivesEtcdRestartShorterThanSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Leave(ctx)
 	d0 := m.Deadline()
 	waitUntil(t, "a first renewal", func() bool { return m.Deadline().After(d0) })
 
@@ -206,6 +205,13 @@ func TestMemberSurvivesEtcdRestartShorterThanSession(t *testing.T) {
 	bs, _, err := ListBrokers(ctx, b, testPrefix)
 	if err != nil || len(bs) != 1 || bs[0].Inc != m.Incarnation() {
 		t.Fatalf("brokers after restart = %+v %v", bs, err)
+	}
+	// A graceful exit revokes the lease: the key goes at once, not after the TTL.
+	if err := m.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if bs, _, err := ListBrokers(ctx, b, testPrefix); err != nil || len(bs) != 0 {
+		t.Fatalf("brokers after Leave = %+v %v", bs, err)
 	}
 }
 

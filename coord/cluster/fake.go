@@ -24,7 +24,8 @@ var ErrFakeUnavailable = errors.New("fake etcd: unavailable")
 //     way a concurrency.Session does: when its client cannot reach etcd for longer than the TTL.
 //
 // Several clients can share one store (Client), each with its own SetUnavailable, to model one
-// broker losing etcd while the others keep it.
+// broker losing etcd while the others keep it: its calls fail, its watches deliver nothing
+// until it is back (then everything missed, in order), and its campaign sessions stop renewing.
 type Fake struct {
 	s           *fakeStore
 	mu          sync.Mutex // Lock order: fakeStore.mu → Fake.mu
@@ -82,8 +83,20 @@ func (f *Fake) SetUnavailable(down bool) {
 	// Campaign sessions renew continuously while reachable: they were alive until now.
 	s.expireLocked(s.clock.Now())
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.unavailable = down
+	f.mu.Unlock()
+	s.signalWatchersLocked(f)
+}
+
+func (s *fakeStore) signalWatchersLocked(owner *Fake) {
+	for w := range s.watchers {
+		if w.owner == owner {
+			select {
+			case w.signal <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // SetKeepAliveDelay makes each KeepAliveOnce of this client advance the clock by d after the
@@ -366,13 +379,18 @@ func copyKV(kv KV) KV {
 
 // fakeWatcher queues responses without bound so the store never blocks on a slow reader.
 type fakeWatcher struct {
+	owner  *Fake
 	prefix string
+	minRev int64
 	mu     sync.Mutex // Lock order: leaf
 	queue  []WatchResponse
 	signal chan struct{}
 }
 
 func (w *fakeWatcher) offer(wr WatchResponse) {
+	if wr.Rev < w.minRev {
+		return
+	}
 	var evs []Event
 	for _, e := range wr.Events {
 		if strings.HasPrefix(e.KV.Key, w.prefix) {
@@ -405,11 +423,12 @@ func (f *Fake) Watch(ctx context.Context, prefix string, fromRev int64) <-chan W
 		return out
 	}
 	s := f.s
-	w := &fakeWatcher{prefix: prefix, signal: make(chan struct{}, 1)}
+	w := &fakeWatcher{owner: f, prefix: prefix, signal: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if fromRev <= 0 {
 		fromRev = s.rev + 1
 	}
+	w.minRev = fromRev
 	if fromRev < s.compacted {
 		rev := s.compacted
 		s.mu.Unlock()
@@ -437,25 +456,25 @@ func (f *Fake) Watch(ctx context.Context, prefix string, fromRev int64) <-chan W
 			s.mu.Unlock()
 		}()
 		for {
-			w.mu.Lock()
-			q := w.queue
-			w.queue = nil
-			w.mu.Unlock()
-			for _, wr := range q {
-				select {
-				case out <- wr:
-				case <-ctx.Done():
-					return
-				}
+			f.mu.Lock()
+			closed, down := f.closed, f.unavailable
+			f.mu.Unlock()
+			if closed {
+				return
 			}
-			if !f.reachable() {
-				// A closed client ends its watches; an unavailable one keeps them (etcd's client
-				// retries a broken watch stream) but they see nothing new until it is back.
-				f.mu.Lock()
-				closed := f.closed
-				f.mu.Unlock()
-				if closed {
-					return
+			if !down {
+				// An unavailable client keeps its watches (etcd's client retries a broken
+				// stream) but sees nothing until it is back, like a partitioned broker.
+				w.mu.Lock()
+				q := w.queue
+				w.queue = nil
+				w.mu.Unlock()
+				for _, wr := range q {
+					select {
+					case out <- wr:
+					case <-ctx.Done():
+						return
+					}
 				}
 			}
 			select {
@@ -539,12 +558,7 @@ func (f *Fake) Close() error {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
-	for w := range s.watchers {
-		select {
-		case w.signal <- struct{}{}:
-		default:
-		}
-	}
+	s.signalWatchersLocked(f)
 	s.mu.Unlock()
 	return nil
 }

@@ -184,3 +184,26 @@ func TestFakeUnavailableFailsEveryCall(t *testing.T) {
 		t.Fatalf("Txn after recovery: %v %v", ok, err)
 	}
 }
+
+// A client cut off from etcd keeps its watch but sees nothing until it is back; then it gets
+// every change it missed, in order.
+func TestFakeUnavailableClientWatchPausesThenCatchesUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := NewFake(NewManualClock(time.Time{}))
+	other := f.Client()
+	w := f.Watch(ctx, "/k/", 0)
+	f.SetUnavailable(true)
+	other.Txn(ctx, nil, []Op{{Key: "/k/1", Value: []byte("a")}})
+	other.Txn(ctx, nil, []Op{{Key: "/k/2", Value: []byte("b")}})
+	select {
+	case wr := <-w:
+		t.Fatalf("partitioned client saw %+v", wr)
+	default:
+	}
+	f.SetUnavailable(false)
+	a, b := recvWatch(t, w), recvWatch(t, w)
+	if a.Events[0].KV.Key != "/k/1" || b.Events[0].KV.Key != "/k/2" || a.Rev >= b.Rev {
+		t.Fatalf("after recovery got %+v then %+v", a, b)
+	}
+}

@@ -332,20 +332,28 @@ func (m *Member) waitGone(ctx context.Context, rev int64, d time.Duration) error
 
 func (m *Member) since(t time.Time) int64 { return int64(t.Sub(m.base)) }
 
-// renewLoop sends one keepalive every Heartbeat and moves D to send time + TTL − margin.
+// renewLoop sends one keepalive every Heartbeat and moves D to send time + TTL − margin. After
+// a failed keepalive it retries every Heartbeat/4: an etcd restart or leader election shorter
+// than the slack then costs nothing, where waiting a full heartbeat could run past D.
 func (m *Member) renewLoop(ctx context.Context) {
 	defer m.wg.Done()
+	wait := m.cfg.Heartbeat
 	for {
 		select {
 		case <-m.stop:
 			return
-		case <-m.clock.After(m.cfg.Heartbeat):
+		case <-m.clock.After(wait):
 		}
-		m.renewOnce(ctx)
+		if m.renewOnce(ctx) {
+			wait = m.cfg.Heartbeat
+		} else {
+			wait = m.cfg.Heartbeat / 4
+		}
 	}
 }
 
-func (m *Member) renewOnce(ctx context.Context) {
+// renewOnce sends one keepalive; false when it failed.
+func (m *Member) renewOnce(ctx context.Context) bool {
 	t0 := m.clock.Now()
 	// A keepalive that takes longer than a heartbeat is useless (the next one is due); the
 	// watchdog, not this call, decides when D has passed.
@@ -354,11 +362,11 @@ func (m *Member) renewOnce(ctx context.Context) {
 	cancel()
 	if errors.Is(err, ErrLeaseNotFound) {
 		m.failStop(fmt.Sprintf("lease %s not found at etcd (expired or revoked): another broker may already own this broker's resources", m.inc))
-		return
+		return false
 	}
 	if err != nil {
 		if m.stopped.Load() {
-			return
+			return false
 		}
 		mKeepAliveFailures.Inc()
 		m.mu.Lock()
@@ -366,7 +374,7 @@ func (m *Member) renewOnce(ctx context.Context) {
 		m.mu.Unlock()
 		m.log.Warn("lease keepalive failed", zap.String("inc", m.inc), zap.Error(err),
 			zap.Duration("deadline_in", m.Deadline().Sub(m.clock.Now())))
-		return
+		return false
 	}
 	d := m.since(t0) + int64(ttl-m.cfg.FenceMargin)
 	for {
@@ -379,6 +387,7 @@ func (m *Member) renewOnce(ctx context.Context) {
 		m.lastSent.Store(s)
 	}
 	mLeaseSlack.Set(time.Duration(m.deadline.Load() - m.since(m.clock.Now())).Seconds())
+	return true
 }
 
 // watchdog fail-stops the broker once the clock reaches D.
@@ -416,6 +425,7 @@ func (m *Member) failStop(reason string) {
 			m.cfg.FailStop(reason)
 			return
 		}
+		_ = m.log.Sync()
 		os.Exit(3)
 	})
 }
@@ -484,6 +494,13 @@ func (m *Member) Leave(ctx context.Context) error {
 	}
 	m.log.Info("left cluster", zap.String("inc", m.inc))
 	return nil
+}
+
+// State is the state last written to brokers/<id> (StateAlive at Join).
+func (m *Member) State() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state
 }
 
 // Done is closed at fail-stop or Leave.

@@ -80,7 +80,7 @@ func TestJoinRegistersBrokerAndClusterID(t *testing.T) {
 		t.Fatal(err)
 	}
 	bs, _, _ = ListBrokers(ctx, f, testPrefix)
-	if len(bs) != 1 || bs[0].State != StateDraining || bs[0].CreateRev != m.CreateRev() {
+	if len(bs) != 1 || bs[0].State != StateDraining || bs[0].CreateRev != m.CreateRev() || m.State() != StateDraining {
 		t.Fatalf("after SetState: %+v", bs)
 	}
 	if !m.Publishable() {
@@ -305,5 +305,31 @@ func TestJoinWaitsForDeadPredecessorLease(t *testing.T) {
 	bs, _, _ := ListBrokers(ctx, f, testPrefix)
 	if len(bs) != 1 || bs[0].Inc != r.m.Incarnation() {
 		t.Fatalf("brokers = %+v, want the new incarnation %s", bs, r.m.Incarnation())
+	}
+}
+
+// After a failed keepalive the member retries at Heartbeat/4, not a full heartbeat later, so a
+// short etcd outage is bridged with most of the slack left.
+func TestRenewalRetriesSoonAfterFailure(t *testing.T) {
+	ctx := context.Background()
+	clk := NewManualClock(time.Time{})
+	start := clk.Now()
+	f := NewFake(clk)
+	fs := &failStops{}
+	m, err := Join(ctx, f, testMemberConfig(clk, fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Leave(ctx)
+	failures := mKeepAliveFailures.Get()
+	f.SetUnavailable(true)
+	advance(t, clk, 2, time.Second)
+	waitUntil(t, "the failed keepalive at +1s", func() bool { return mKeepAliveFailures.Get() > failures })
+	f.SetUnavailable(false)
+	advance(t, clk, 2, 250*time.Millisecond)
+	want := start.Add(1250*time.Millisecond + 2700*time.Millisecond)
+	waitUntil(t, "the retry at +1.25s", func() bool { return m.Deadline().Equal(want) })
+	if !m.Publishable() || fs.n.Load() != 0 {
+		t.Fatalf("publishable=%v failstops=%d", m.Publishable(), fs.n.Load())
 	}
 }
