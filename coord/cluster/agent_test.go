@@ -951,3 +951,73 @@ func TestMovedBeforeAcquireForwardsTheRelease(t *testing.T) {
 	}
 	c.noProblems()
 }
+
+// guardedBackend records whether any Txn succeeded after a point the test marks.
+type guardedBackend struct {
+	Backend
+	after   atomic.Bool
+	okAfter atomic.Int32
+	refused atomic.Int32
+}
+
+func (b *guardedBackend) Txn(ctx context.Context, ifs []Compare, then []Op) (bool, int64, error) {
+	ok, rev, err := b.Backend.Txn(ctx, ifs, then)
+	if b.after.Load() && err == nil {
+		if ok {
+			b.okAfter.Add(1)
+		} else {
+			b.refused.Add(1)
+		}
+	}
+	return ok, rev, err
+}
+
+// The same at the RunController level: a controller cut off from etcd for longer than its
+// session comes back, finds its leadership gone, writes nothing, and campaigns again behind the
+// new controller.
+func TestControllerCutOffPastItsSessionStopsWriting(t *testing.T) {
+	ctx := context.Background()
+	clk := NewManualClock(time.Time{})
+	f := NewFake(clk)
+	m, err := Join(ctx, f, testMemberConfig(clk, &failStops{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Leave(ctx) }()
+	rawA := f.Client()
+	a := &guardedBackend{Backend: rawA}
+	run := func(b Backend, id int32) func() {
+		cctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			RunController(cctx, b, ControllerConfig{Prefix: testPrefix, BrokerID: id, Tick: 5 * time.Millisecond, SessionTimeout: tSession})
+		}()
+		return func() { stop(); <-done }
+	}
+	defer run(a, 7)()
+	waitUntil(t, "A to lead", func() bool { ctl, _ := ControllerOf(ctx, f, testPrefix); return ctl == 7 })
+	rawA.SetUnavailable(true)
+	waitUntil(t, "A's election key to expire", func() bool {
+		waitUntil(t, "member parked", func() bool { return clk.Pending() >= 2 })
+		clk.Advance(250 * time.Millisecond)
+		ctl, _ := ControllerOf(ctx, f, testPrefix)
+		return ctl == -1
+	})
+	a.after.Store(true)
+	defer run(f.Client(), 8)()
+	waitUntil(t, "B to lead", func() bool { ctl, _ := ControllerOf(ctx, f, testPrefix); return ctl == 8 })
+	createTopic(t, f, "late", 4, 0xd)
+	rawA.SetUnavailable(false)
+	waitUntil(t, "B to place the topic and A to campaign again", func() bool {
+		kvs, _, _ := f.Get(ctx, testPrefix+pfxAssign+segPartition, true)
+		cands, _, _ := f.Get(ctx, testPrefix+pfxController, true)
+		return len(kvs) == 4 && len(cands) == 2
+	})
+	if ctl, _ := ControllerOf(ctx, f, testPrefix); ctl != 8 {
+		t.Fatalf("controller %d after A came back, want 8", ctl)
+	}
+	if n := a.okAfter.Load(); n != 0 {
+		t.Fatalf("the stale controller committed %d transactions after losing its election key", n)
+	}
+}
