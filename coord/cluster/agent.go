@@ -20,25 +20,30 @@ import (
 //
 // The life of one resource on this broker (one resState):
 //
-//	                 assign/<r> names this broker+incarnation at epoch E, prev {H, inc, E−1}
-//	  (not here) ──────────────────────────────────────────────────────────► assigned
-//	      ▲                                                                      │
-//	      │ assignment moves away or is deleted                                  │ Rule S: release/<r>/<E−1> exists carrying
-//	      │ before it was acquired                                               │ H's inc, or brokers/H is absent or has
-//	      ├──────────────────────────────────────────────────────────────────────┤ another inc (H's lease is gone)
-//	      │                                                                      ▼
-//	      │                                           Acquire error       acquiring ── Acquire(r, E, Handover)
-//	      │                                      (backoff, then again) ◄───── │        in a worker, Known, not Local
-//	      │                                                                   │ nil
-//	      │                                                                   ▼
-//	      │                                                                 held      Local=true in the Table
-//	      │                                                                   │ assign/<r> names another holder at > E
-//	      │                                                                   ▼ (Local=false first)
-//	      │                                           Release error       releasing ── Release(r) in a worker
-//	      │                                      (backoff, then again) ◄───── │
-//	      │                                                                   │ record; Put release/<r>/<E> {inc, record}
-//	      │            released                                               │ (only while Member.Publishable: after
-//	      └────────────────────────────────────────────────────────────────────┘  the deadline the successor waits out the lease)
+//	(not here)
+//	    │ assign/<r> names this broker + incarnation at epoch E, prev {H, inc, E−1}
+//	    ▼
+//	assigned ─── Rule S (wait) ───────────────────────────────────────────────────────────┐
+//	    │  release/<r>/<E−1> exists carrying H's inc, or brokers/H is absent or has        │
+//	    │  another inc (H's lease is gone). A first assignment (no prev) waits for nobody. │
+//	    │                                                                                   │ assign/<r> moved on before
+//	    ▼                                                                                   │ Acquire started: once Rule S
+//	acquiring ── Acquire(r, E, Handover) in a worker; the Table says Known, not Local       │ holds, forward E−1's record
+//	    │ ▲                                                                                 │ (nil if H crashed)
+//	    │ └─ error: backoff, again                                                          │
+//	    ▼ nil                                                                               │
+//	held ─────── the Table says Local                                                       │
+//	    │ assign/<r> names another holder (or this one at a later epoch)                    │
+//	    ▼ the Table stops saying Local first                                                │
+//	releasing ── Release(r) in a worker                                                     │
+//	    │ ▲                                                                                 │
+//	    │ └─ error: backoff, again                                                          │
+//	    ▼ record                                                                            │
+//	published ── Put release/<r>/<E> {inc, record} ◄────────────────────────────────────────┘
+//	    │        only while Member.Publishable and this broker's registration exists (a
+//	    │        compare on its CreateRevision); otherwise nothing is written and the
+//	    ▼        successor waits out the lease instead
+//	released (forgotten)
 //
 // A partition of a deleted topic leaves from any state without Release: Resources.TopicDeleted
 // drops it, and no successor will ever ask for its release record.
@@ -106,8 +111,9 @@ const (
 
 type resState struct {
 	phase    phase
-	epoch    int32 // epoch acquired or being acquired
-	busy     bool  // a worker is on it
+	as       Assignment // phaseAssigned: the assignment that names this broker
+	epoch    int32      // epoch acquired or being acquired
+	busy     bool       // a worker is on it
 	queued   bool
 	retry    bool // a backoff timer will queue it
 	backoff  *backoff
@@ -350,15 +356,20 @@ func (a *Agent) applyLocked(e Event) {
 
 // touchLocked makes sure an assignment naming this broker has a state to be evaluated.
 func (a *Agent) touchLocked(id ResourceID) {
-	if a.res[id] != nil {
+	as, ok := a.assigns[id]
+	if !ok || !a.mineLocked(as) {
+		return
+	}
+	if st := a.res[id]; st != nil {
+		if st.phase == phaseAssigned {
+			st.as = as
+		}
 		return
 	}
 	if _, known := a.resourceLocked(id); !known {
 		return // a partition of a topic not (or no longer) known: nothing to act on
 	}
-	if as, ok := a.assigns[id]; ok && a.mineLocked(as) {
-		a.res[id] = &resState{phase: phaseAssigned, backoff: newBackoff()}
-	}
+	a.res[id] = &resState{phase: phaseAssigned, as: as, backoff: newBackoff()}
 }
 
 func (a *Agent) mineLocked(as Assignment) bool {
@@ -531,7 +542,8 @@ const (
 	stepAcquire      // Rule S holds: take it over
 	stepRelease      // held here, assigned elsewhere
 	stepPublish      // released, record not yet in etcd
-	stepDrop         // forget it (moved before acquisition, or its topic is gone)
+	stepForward      // moved on before it was acquired: publish release/<r>/<E> passing on E−1's record
+	stepDrop         // forget it (its topic is gone)
 )
 
 // decideLocked is the state machine of the package comment: the next step for id.
@@ -541,11 +553,21 @@ func (a *Agent) decideLocked(id ResourceID, st *resState) (step, Resource, Hando
 	mine := assigned && known && a.mineLocked(as)
 	switch st.phase {
 	case phaseAssigned:
-		if !mine {
+		if !known || !assigned {
 			return stepDrop, r, Handover{}
 		}
-		if h, ok := a.ruleSLocked(id, as); ok {
-			return stepAcquire, r, h
+		if mine {
+			if h, ok := a.ruleSLocked(id, as); ok {
+				return stepAcquire, r, h
+			}
+			break
+		}
+		// Moved on before this broker acquired it. Its successor waits for release/<r>/<E> from
+		// this broker (Rule S), so this broker still owes one: once Rule S for E holds, it
+		// forwards what it would have taken over (the previous holder's record, or nil when
+		// that holder crashed) without ever touching the resource.
+		if h, ok := a.ruleSLocked(id, st.as); ok {
+			return stepForward, r, h
 		}
 	case phaseHeld:
 		if !known {
@@ -576,10 +598,9 @@ func (a *Agent) ruleSLocked(id ResourceID, as Assignment) (Handover, bool) {
 		return h, true
 	}
 	if rv, ok := a.releases[id][p.Epoch]; ok && rv.Inc == p.Inc {
+		// nil only when the record was forwarded by a holder that never acquired, from a
+		// predecessor that crashed: the takeover is then a crash takeover.
 		h.Release = rv.Record
-		if h.Release == nil {
-			h.Release = []byte{} // released with an empty record: still a graceful handover
-		}
 		return h, true
 	}
 	if br, ok := a.brokers[p.Broker]; !ok || br.Inc != p.Inc {
@@ -677,7 +698,15 @@ func (a *Agent) runLocked(id ResourceID, st *resState) {
 			return
 		}
 		a.countLocked(id.Kind, -1)
+		if rec == nil {
+			rec = []byte{} // a graceful release: non-nil even when Resources has nothing to say
+		}
 		st.released, st.record = true, rec
+		a.publishReleaseLocked(id, st)
+	case stepForward:
+		st.phase, st.epoch, st.released, st.record = phaseReleasing, st.as.Epoch, true, h.Release
+		a.log.Info("forwarding release of a resource moved on before it was acquired", zap.Stringer("resource", id),
+			zap.Int32("epoch", st.epoch), zap.Int32("prev", h.PrevBroker), zap.Bool("record", h.Release != nil))
 		a.publishReleaseLocked(id, st)
 	case stepPublish:
 		a.publishReleaseLocked(id, st)

@@ -2,13 +2,16 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/kaas-go/kaas/coord/topology"
 )
@@ -158,11 +161,19 @@ func (f *fakeRes) problemList() []string {
 	return append([]string(nil), f.problems...)
 }
 
+// testLog logs to the test when KAAS_TEST_LOG is set.
+func testLog(t *testing.T) *zap.Logger {
+	if os.Getenv("KAAS_TEST_LOG") == "" {
+		return zap.NewNop()
+	}
+	return zaptest.NewLogger(t)
+}
+
 // tnode is one in-process broker: its etcd client, membership, table, resources, agent and a
 // controller candidate.
 type tnode struct {
 	id      int32
-	cli     *Fake
+	cli     Backend
 	m       *Member
 	fs      *failStops
 	tab     *topology.Table
@@ -174,10 +185,12 @@ type tnode struct {
 }
 
 type tcluster struct {
-	t     *testing.T
-	clk   *ManualClock
-	f     *Fake
-	nodes []*tnode
+	t      *testing.T
+	clk    *ManualClock // nil: real time (etcd)
+	f      Backend      // the test's own client, for reads and topic changes
+	client func() Backend
+	nodes  []*tnode
+	noCtl  bool // the test writes assignments itself
 }
 
 const (
@@ -190,43 +203,55 @@ const (
 func newCluster(t *testing.T, n int, movesPerTick int) *tcluster {
 	t.Helper()
 	clk := NewManualClock(time.Time{})
-	c := &tcluster{t: t, clk: clk, f: NewFake(clk)}
-	for i := 1; i <= n; i++ {
-		c.nodes = append(c.nodes, c.start(int32(i), movesPerTick))
-	}
+	f := NewFake(clk)
+	return startCluster(t, &tcluster{t: t, clk: clk, f: f, client: func() Backend { return f.Client() }}, n, movesPerTick)
+}
+
+func startCluster(t *testing.T, c *tcluster, n, movesPerTick int) *tcluster {
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
 			c.stop(nd)
 		}
 	})
+	for i := 1; i <= n; i++ {
+		c.nodes = append(c.nodes, c.start(int32(i), movesPerTick))
+	}
 	return c
 }
 
 func (c *tcluster) start(id int32, movesPerTick int) *tnode {
 	t := c.t
 	ctx := context.Background()
-	nd := &tnode{id: id, cli: c.f.Client(), fs: &failStops{}, res: newFakeRes(id)}
+	nd := &tnode{id: id, cli: c.client(), fs: &failStops{}, res: newFakeRes(id)}
 	nd.res.check = c.ruleS
+	var clk Clock = RealClock
+	if c.clk != nil {
+		clk = c.clk
+	}
 	m, err := Join(ctx, nd.cli, MemberConfig{
 		Prefix: testPrefix, BrokerID: id, ClusterID: "cid-1",
 		Info:           BrokerInfo{Endpoints: []topology.Endpoint{{Listener: "PLAINTEXT", Host: "127.0.0.1", Port: 9090 + id}}},
-		SessionTimeout: tSession, Heartbeat: tHeartbeat, FenceMargin: tMargin, Clock: c.clk, FailStop: nd.fs.call,
+		SessionTimeout: tSession, Heartbeat: tHeartbeat, FenceMargin: tMargin, Clock: clk, FailStop: nd.fs.call,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nd.m = m
 	nd.tab = topology.NewTable(topology.Broker{ID: id})
-	nd.agent, err = StartAgent(ctx, nd.cli, AgentConfig{Prefix: testPrefix, BrokerID: id, Member: m, Table: nd.tab, Res: nd.res, SessionTimeout: tSession})
+	nd.agent, err = StartAgent(ctx, nd.cli, AgentConfig{Prefix: testPrefix, BrokerID: id, Member: m, Table: nd.tab, Res: nd.res, SessionTimeout: tSession, Logger: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	nd.stopCtl, nd.ctlDone = cancel, make(chan struct{})
+	if c.noCtl {
+		close(nd.ctlDone)
+		return nd
+	}
 	go func() {
 		defer close(nd.ctlDone)
 		RunController(cctx, nd.cli, ControllerConfig{Prefix: testPrefix, BrokerID: id, Member: m, MovesPerTick: movesPerTick,
-			Tick: 20 * time.Millisecond, SessionTimeout: tSession})
+			Tick: 20 * time.Millisecond, SessionTimeout: tSession, Logger: testLog(t)})
 	}()
 	return nd
 }
@@ -244,15 +269,20 @@ func (c *tcluster) stop(nd *tnode) {
 // and controller stop, nothing is released and its lease runs out on its own.
 func (c *tcluster) crash(nd *tnode) {
 	nd.crashed = true
-	nd.cli.SetUnavailable(true)
+	if f, ok := nd.cli.(*Fake); ok {
+		f.SetUnavailable(true)
+	} else {
+		_ = nd.cli.Close() // a real etcd client: the connection is gone, keepalives fail
+	}
 	nd.stopCtl()
 	<-nd.ctlDone
 	nd.agent.Close()
 }
 
 // ruleS is the oracle every fake Acquire consults: a takeover from a previous holder is legal
-// only if that holder released it (its fakeRes no longer holds it and the record is passed
-// through) or its lease is gone at etcd (brokers/<prev> absent or another incarnation).
+// only if etcd has that holder's release record for the previous epoch (and, when the record
+// came from a real Release, that holder's fakeRes no longer holds it), or the holder's lease
+// is gone at etcd (brokers/<prev> absent or another incarnation).
 func (c *tcluster) ruleS(r Resource, epoch int32, h Handover) error {
 	if h.PrevBroker < 0 {
 		if epoch != 1 {
@@ -263,17 +293,27 @@ func (c *tcluster) ruleS(r Resource, epoch int32, h Handover) error {
 	if h.PrevEpoch != epoch-1 {
 		return fmt.Errorf("prev epoch %d, want %d", h.PrevEpoch, epoch-1)
 	}
-	if h.Release != nil {
-		for _, nd := range c.nodes {
-			if nd.id == h.PrevBroker {
-				if e, ok := nd.res.holding()[r.id()]; ok && e == h.PrevEpoch {
-					return fmt.Errorf("release record passed but broker %d still holds epoch %d", nd.id, e)
-				}
+	ctx := context.Background()
+	kvs, _, err := c.f.Get(ctx, releaseKey(testPrefix, r.id(), h.PrevEpoch), false)
+	if err != nil {
+		return err
+	}
+	if len(kvs) == 1 {
+		rv, err := decodeRelease(kvs[0].Value)
+		if err != nil || rv.Inc != h.PrevInc || string(rv.Record) != string(h.Release) || (rv.Record == nil) != (h.Release == nil) {
+			return fmt.Errorf("release record %s does not match the handover %+v", kvs[0].Value, h)
+		}
+		if nd := c.nodeByID(h.PrevBroker); nd != nil {
+			if e, ok := nd.res.holding()[r.id()]; ok && e == h.PrevEpoch {
+				return fmt.Errorf("broker %d still holds epoch %d", nd.id, e)
 			}
 		}
 		return nil
 	}
-	kvs, _, err := c.f.Get(context.Background(), BrokerKey(testPrefix, h.PrevBroker), false)
+	if h.Release != nil {
+		return fmt.Errorf("a release record in the handover but none in etcd: %+v", h)
+	}
+	kvs, _, err = c.f.Get(ctx, BrokerKey(testPrefix, h.PrevBroker), false)
 	if err != nil {
 		return err
 	}
@@ -350,7 +390,7 @@ func (c *tcluster) settled(topics ...TopicMeta) string {
 	hs := holders(live)
 	ids := allResources(topics...)
 	if len(hs) != len(ids) {
-		return fmt.Sprintf("%d resources held, want %d", len(hs), len(ids))
+		return fmt.Sprintf("%d resources held, want %d; %s", len(hs), len(ids), c.dump())
 	}
 	names := map[[16]byte]string{}
 	for _, t := range topics {
@@ -395,7 +435,12 @@ func (c *tcluster) waitSettled(topics ...TopicMeta) {
 // (within one) of each kind.
 func (c *tcluster) waitBalanced(topics ...TopicMeta) {
 	c.t.Helper()
-	waitFor(c.t, "a settled, balanced cluster", func() string {
+	c.waitBalancedWithin(10*time.Second, topics...)
+}
+
+func (c *tcluster) waitBalancedWithin(d time.Duration, topics ...TopicMeta) {
+	c.t.Helper()
+	waitForWithin(c.t, d, "a settled, balanced cluster", func() string {
 		if why := c.settled(topics...); why != "" {
 			return why
 		}
@@ -423,14 +468,45 @@ func (c *tcluster) waitBalanced(topics ...TopicMeta) {
 // waitFor polls cond until it returns "" or 10 s pass, then fails with the last reason.
 func waitFor(t testing.TB, what string, cond func() string) {
 	t.Helper()
-	var why string
-	waitUntil(t, what, func() bool {
-		why = cond()
-		return why == ""
-	})
-	if why != "" {
-		t.Fatalf("%s: %s", what, why)
+	waitForWithin(t, 10*time.Second, what, cond)
+}
+
+func waitForWithin(t testing.TB, d time.Duration, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %s", what, why)
+		}
+		time.Sleep(time.Millisecond)
 	}
+}
+
+// dump describes what etcd assigns and what each agent is doing, for failure messages.
+func (c *tcluster) dump() string {
+	kvs, _, _ := c.f.Get(context.Background(), testPrefix+pfxAssign, true)
+	by := map[int32]int{}
+	for _, kv := range kvs {
+		if a, err := decodeAssignment(kv.Value); err == nil {
+			by[a.Broker]++
+		}
+	}
+	out := fmt.Sprintf("etcd: %d assignments by broker %v;", len(kvs), by)
+	for _, nd := range c.nodes {
+		nd.agent.mu.Lock()
+		phases := map[phase]int{}
+		for _, st := range nd.agent.res {
+			phases[st.phase]++
+		}
+		out += fmt.Sprintf(" broker %d: %d assigns seen, %d brokers seen, phases %v, queue %d, closed %v;",
+			nd.id, len(nd.agent.assigns), len(nd.agent.brokers), phases, len(nd.agent.queue), nd.agent.closed)
+		nd.agent.mu.Unlock()
+	}
+	return out
 }
 
 func (c *tcluster) nodeByID(id int32) *tnode {
@@ -697,8 +773,8 @@ func TestStaleControllerWritesAreRefused(t *testing.T) {
 	kvs, _, _ := f.Get(ctx, testPrefix, true)
 	a := &controller{b: cliA, cfg: ControllerConfig{Prefix: testPrefix, MovesPerTick: 64}, log: zap.NewNop()}
 	done, err := a.tick(ctx, stale, kvs, 64)
-	if err != nil || done {
-		t.Fatalf("stale tick: done=%v err=%v, want refused", done, err)
+	if !errors.Is(err, errNotLeader) || done {
+		t.Fatalf("stale tick: done=%v err=%v, want refused with errNotLeader", done, err)
 	}
 	if kvs, _, _ := f.Get(ctx, testPrefix+pfxAssign+segPartition, true); len(kvs) != 0 {
 		t.Fatalf("stale controller wrote %d assignments", len(kvs))
@@ -820,5 +896,128 @@ func TestAgentRelistsAfterCompaction(t *testing.T) {
 	waitUntil(t, "the table to name the controller", func() bool { return tab.Controller() == 5 })
 	if !tab.TxnSlot(0).Local {
 		t.Fatalf("table: slot 0 %+v controller %d", tab.TxnSlot(0), tab.Controller())
+	}
+}
+
+// A resource moved on again before its assignee acquired it: the assignee never touches it but
+// owes its successor a release record, and forwards the previous holder's (design note §2.2
+// Rule S would otherwise wait forever on a live broker that will never release).
+func TestMovedBeforeAcquireForwardsTheRelease(t *testing.T) {
+	clk := NewManualClock(time.Time{})
+	f := NewFake(clk)
+	c := startCluster(t, &tcluster{t: t, clk: clk, f: f, client: func() Backend { return f.Client() }, noCtl: true}, 3, 0)
+	ctx := context.Background()
+	slot := ResourceID{Kind: KindTxnSlot, N: 0}
+	holder := func(nd *tnode, epoch int32) Holder {
+		return Holder{Broker: nd.id, Inc: nd.m.Incarnation(), Epoch: epoch}
+	}
+	put := func(a Assignment) {
+		t.Helper()
+		if _, _, err := f.Txn(ctx, nil, []Op{{Key: assignKey(testPrefix, slot), Value: encodeAssignment(slot.Kind, a)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	put(Assignment{Holder: holder(n1, 1), Prev: noHolder})
+	waitUntil(t, "broker 1 to hold the slot", func() bool { return n1.tab.TxnSlot(0).Local })
+
+	gate := make(chan struct{})
+	n1.res.mu.Lock()
+	n1.res.gates[slot] = gate
+	n1.res.mu.Unlock()
+	put(Assignment{Holder: holder(n2, 2), Prev: holder(n1, 1)})
+	waitUntil(t, "broker 1's release to start", func() bool {
+		n1.res.mu.Lock()
+		defer n1.res.mu.Unlock()
+		return n1.res.blocked[slot]
+	})
+	put(Assignment{Holder: holder(n3, 3), Prev: holder(n2, 2)})
+	waitUntil(t, "broker 2 and 3 to see epoch 3", func() bool {
+		return n2.tab.TxnSlot(0).Epoch == 3 && n3.tab.TxnSlot(0).Epoch == 3
+	})
+	if len(n2.res.acquisitions(slot)) != 0 || len(n3.res.acquisitions(slot)) != 0 {
+		t.Fatal("acquired while broker 1 still held the slot")
+	}
+	close(gate)
+	waitUntil(t, "broker 3 to hold the slot", func() bool { return n3.tab.TxnSlot(0).Local })
+	rec := n1.res.releases()[slot]
+	calls := n3.res.acquisitions(slot)
+	if len(calls) != 1 || calls[0].epoch != 3 || calls[0].h.PrevBroker != n2.id || calls[0].h.PrevEpoch != 2 ||
+		calls[0].h.PrevInc != n2.m.Incarnation() || string(calls[0].h.Release) != string(rec) || rec == nil {
+		t.Fatalf("broker 3 acquired with %+v, want epoch 3 from broker 2 carrying broker 1's record %q", calls, rec)
+	}
+	if len(n2.res.acquisitions(slot)) != 0 {
+		t.Fatal("broker 2 acquired a slot that had moved on")
+	}
+	c.noProblems()
+}
+
+// guardedBackend records whether any Txn succeeded after a point the test marks.
+type guardedBackend struct {
+	Backend
+	after   atomic.Bool
+	okAfter atomic.Int32
+	refused atomic.Int32
+}
+
+func (b *guardedBackend) Txn(ctx context.Context, ifs []Compare, then []Op) (bool, int64, error) {
+	ok, rev, err := b.Backend.Txn(ctx, ifs, then)
+	if b.after.Load() && err == nil {
+		if ok {
+			b.okAfter.Add(1)
+		} else {
+			b.refused.Add(1)
+		}
+	}
+	return ok, rev, err
+}
+
+// The same at the RunController level: a controller cut off from etcd for longer than its
+// session comes back, finds its leadership gone, writes nothing, and campaigns again behind the
+// new controller.
+func TestControllerCutOffPastItsSessionStopsWriting(t *testing.T) {
+	ctx := context.Background()
+	clk := NewManualClock(time.Time{})
+	f := NewFake(clk)
+	m, err := Join(ctx, f, testMemberConfig(clk, &failStops{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Leave(ctx) }()
+	rawA := f.Client()
+	a := &guardedBackend{Backend: rawA}
+	run := func(b Backend, id int32) func() {
+		cctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			RunController(cctx, b, ControllerConfig{Prefix: testPrefix, BrokerID: id, Tick: 5 * time.Millisecond, SessionTimeout: tSession})
+		}()
+		return func() { stop(); <-done }
+	}
+	defer run(a, 7)()
+	waitUntil(t, "A to lead", func() bool { ctl, _ := ControllerOf(ctx, f, testPrefix); return ctl == 7 })
+	rawA.SetUnavailable(true)
+	waitUntil(t, "A's election key to expire", func() bool {
+		waitUntil(t, "member parked", func() bool { return clk.Pending() >= 2 })
+		clk.Advance(250 * time.Millisecond)
+		ctl, _ := ControllerOf(ctx, f, testPrefix)
+		return ctl == -1
+	})
+	a.after.Store(true)
+	defer run(f.Client(), 8)()
+	waitUntil(t, "B to lead", func() bool { ctl, _ := ControllerOf(ctx, f, testPrefix); return ctl == 8 })
+	createTopic(t, f, "late", 4, 0xd)
+	rawA.SetUnavailable(false)
+	waitUntil(t, "B to place the topic and A to campaign again", func() bool {
+		kvs, _, _ := f.Get(ctx, testPrefix+pfxAssign+segPartition, true)
+		cands, _, _ := f.Get(ctx, testPrefix+pfxController, true)
+		return len(kvs) == 4 && len(cands) == 2
+	})
+	if ctl, _ := ControllerOf(ctx, f, testPrefix); ctl != 8 {
+		t.Fatalf("controller %d after A came back, want 8", ctl)
+	}
+	if n := a.okAfter.Load(); n != 0 {
+		t.Fatalf("the stale controller committed %d transactions after losing its election key", n)
 	}
 }

@@ -343,3 +343,30 @@ func TestKeysRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestStaleReleasesAreTheOnesNoSuccessorNeeds(t *testing.T) {
+	v := clusterView{
+		in: BalanceInput{
+			Topics: []TopicPartitions{{topicA, 2}},
+			Current: map[ResourceID]StoredAssignment{
+				pid(topicA, 0):                {Assignment: Assignment{Holder: Holder{Broker: 1, Epoch: 5}}},
+				{Kind: KindTxnSlot, N: 3}:     {Assignment: Assignment{Holder: Holder{Broker: 1, Epoch: 2}}},
+				{Kind: KindGroupShard, N: 49}: {Assignment: Assignment{Holder: Holder{Broker: 1, Epoch: 9}}},
+			},
+		},
+		releases: []releaseRef{
+			{id: pid(topicA, 0), epoch: 4, key: "a4"},                      // read by the holder of 5: keep
+			{id: pid(topicA, 0), epoch: 3, key: "a3"},                      // superseded: drop
+			{id: ResourceID{Kind: KindTxnSlot, N: 3}, epoch: 1, key: "s1"}, // keep
+			{id: ResourceID{Kind: KindGroupShard, N: 49}, epoch: 2, key: "g2"},
+			{id: pid(topicB, 0), epoch: 1, key: "b1"}, // topic gone
+		},
+	}
+	var got []string
+	for _, r := range staleReleases(v) {
+		got = append(got, r.key)
+	}
+	if want := []string{"a3", "b1", "g2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("stale releases %v, want %v", got, want)
+	}
+}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -35,6 +36,9 @@ var (
 	mControllerConflicts = metrics.NewCounter(`kaas_cluster_controller_txn_conflicts_total`)
 	mBalanceDeferred     = metrics.NewCounter(`kaas_cluster_balance_deferred_moves_total`) // moves held back by MovesPerTick
 )
+
+// errNotLeader: the election key a write was guarded by no longer exists.
+var errNotLeader = errors.New("not the controller: election key gone")
 
 // maxTxnWrites bounds the writes of one Txn. etcd refuses a Txn with more than 128 compares or
 // 128 ops (embed.DefaultMaxTxnOps); a batch of 64 writes has 65 compares (the election guard
@@ -176,6 +180,9 @@ func (c *controller) ticks(lctx context.Context, guard Compare, wch <-chan Watch
 		}
 		done, err := c.tick(lctx, guard, kvs, budget)
 		switch {
+		case errors.Is(err, errNotLeader):
+			c.log.Warn("controller election key is gone; stepping down", zap.String("key", guard.Key))
+			return
 		case err != nil:
 			if lctx.Err() == nil {
 				c.log.Warn("controller tick failed", zap.Error(err))
@@ -197,6 +204,10 @@ func (c *controller) ticks(lctx context.Context, guard Compare, wch <-chan Watch
 				return
 			}
 			drain(wch)
+		default:
+			// Refused by a concurrent change: re-read and recompute, after a short pause so a
+			// storm of changes cannot make the controller spin.
+			backoff.wait(lctx)
 		}
 		if kvs, _, err = c.b.Get(lctx, c.cfg.Prefix, true); err != nil {
 			return
@@ -308,6 +319,12 @@ func (c *controller) tick(ctx context.Context, guard Compare, kvs []KV, budget i
 		}
 		if !ok {
 			mControllerConflicts.Inc()
+			// Either a key changed under us (recompute) or the election key is gone (a stale
+			// controller: stop). Only the second makes every later write fail too.
+			kvs, _, err := c.b.Get(ctx, guard.Key, false)
+			if err == nil && (len(kvs) == 0 || kvs[0].CreateRev != guard.Rev) {
+				return false, errNotLeader
+			}
 			c.log.Debug("assignment write refused; recomputing", zap.Int("ops", len(then)))
 			return false, nil
 		}
