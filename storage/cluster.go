@@ -539,6 +539,36 @@ func (s *Store) TakeOver(topic string, part, epoch int32, h Handover) (TakeoverS
 	return st, nil
 }
 
+// salvageSource is the WAL a crash takeover salvages: that of the incarnation that wrote the
+// newest epoch file of the partition, which is the last one that can have acknowledged records
+// beyond the synced segments. The handover names the previous assignee, and that is usually
+// the same incarnation; but an assignee that never loaded the partition (it moved on before
+// that broker got to it) forwards its predecessor's handover, and its own WAL holds nothing of
+// the partition. Salvaging that one would find no gap and silently miss the real holder's
+// acknowledged tail, so the volume's epoch chain decides.
+func (s *Store) salvageSource(dir string, epoch int32, h Handover, log *zap.Logger) string {
+	recs, err := readEpochRecords(dir)
+	if err != nil || len(recs) == 0 {
+		return h.PrevWALDir
+	}
+	newest := int32(-1)
+	for e := range recs {
+		if e < epoch && e > newest {
+			newest = e
+		}
+	}
+	r := recs[newest]
+	if r == nil || r.Inc == "" {
+		return h.PrevWALDir
+	}
+	d := ClusterWALDir(s.cfg.Dir, r.Broker, r.Inc)
+	if d != h.PrevWALDir {
+		log.Warn("salvaging the WAL of the partition's last writer, not of its last assignee",
+			zap.String("writer_wal", d), zap.String("assignee_wal", h.PrevWALDir), zap.Int32("writer_epoch", newest))
+	}
+	return d
+}
+
 // openTakeover builds the partition for TakeOver; on error nothing of it stays open.
 func (s *Store) openTakeover(t *Topic, id int32, dir string, epoch int32, h Handover, st *TakeoverStats) (*Partition, error) {
 	p := &Partition{
@@ -552,6 +582,9 @@ func (s *Store) openTakeover(t *Topic, id int32, dir string, epoch int32, h Hand
 	}
 	ch := make(chan struct{})
 	p.changed.Store(&ch)
+	if h.Release == nil {
+		h.PrevWALDir = s.salvageSource(dir, epoch, h, p.log)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create partition dir (%s): %w", dir, err)
 	}

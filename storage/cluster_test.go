@@ -153,6 +153,31 @@ func TestTakeOverSalvagesAckedRecordsAfterCrash(t *testing.T) {
 	}
 }
 
+// TestCrashTakeoverSalvagesLastWriterNotForwardingAssignee guards the forwarded handover: the
+// partition moved from crashed holder a (epoch 1) to c (epoch 2), which never loaded it and
+// passed a's handover on; the taker at epoch 3 is told "previous: c". c's WAL holds nothing
+// of the partition, so salvaging it would find no gap and lose a's acknowledged tail; the
+// epoch chain names a as the last writer, and its WAL is salvaged.
+func TestCrashTakeoverSalvagesLastWriterNotForwardingAssignee(t *testing.T) {
+	dir := t.TempDir()
+	cfs := crashfs.New()
+	a := openClusterStore(t, dir, 1, "a1", hostFS{cfs.Host("a")})
+	pa, _ := takeOver(t, a, 1, Handover{})
+	appendN(t, pa, 7, 0, 10)
+	cfs.Crash("a")
+	crash(a)
+	c := openClusterStore(t, dir, 3, "c1", hostFS{cfs.Host("c")}) // running, never took the partition
+	defer c.Close()
+
+	b := openClusterStore(t, dir, 2, "b1", hostFS{cfs.Host("b")})
+	defer b.Close()
+	pb, st := takeOver(t, b, 3, Handover{PrevWALDir: clusterWALDir(dir, 3, "c1"), PrevInc: "c1", PrevEpoch: 2})
+	if st.Salvaged != 10 || pb.HighWatermark() != 10 {
+		t.Fatalf("salvaged %d batches, HWM %d; want a's 10 acknowledged records", st.Salvaged, pb.HighWatermark())
+	}
+	checkLog(t, pb, 10)
+}
+
 func TestTakeOverRefusesSalvageGap(t *testing.T) {
 	dir := t.TempDir()
 	a := openClusterStore(t, dir, 1, "a1", nil)
