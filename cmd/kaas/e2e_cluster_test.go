@@ -230,7 +230,9 @@ func (c *e2eCluster) cleanup() {
 	wg.Wait()
 	if t.Failed() {
 		for _, p := range c.brokers {
-			p.dumpLog(t)
+			if p.starts > 0 {
+				p.dumpLog(t)
+			}
 		}
 	}
 }
