@@ -19,10 +19,10 @@ TESTFLAGS ?=
 FUZZTIME  ?= 10s
 KAFKA_LIB := bench/.kafka-lib
 
-.PHONY: help build run deps test test-unit test-e2e vet fuzz-short fuzz tools bench clean
+.PHONY: help build run run-cluster deps test test-unit test-e2e vet fuzz-short fuzz tools bench clean
 
 help:
-	@echo "targets: build run deps test test-unit test-e2e vet fuzz-short fuzz tools bench clean"
+	@echo "targets: build run run-cluster deps test test-unit test-e2e vet fuzz-short fuzz tools bench clean"
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kaas
@@ -30,6 +30,12 @@ build:
 run: build
 	mkdir -p data
 	./$(BIN) $(KAAS_ARGS)
+
+# A real etcd (Debian's etcd-server, see `make deps`) and three brokers on 127.0.0.1:9092-9094
+# sharing ./data-cluster/vol; Ctrl-C drains the brokers, then stops etcd. deploy/local/run-cluster.sh
+# says more (extra broker flags: KAAS_CLUSTER_ARGS="--log.level=debug").
+run-cluster: build
+	KAAS_BIN=$(BIN) GO=$(GO) deploy/local/run-cluster.sh
 
 # Java tools are needed by the e2e tests; fetching is a no-op when bench/.kafka-lib is current.
 tools:
@@ -79,5 +85,5 @@ bench:
 	bench/run $(BENCH_ARGS)
 
 clean:
-	rm -rf bin data
+	rm -rf bin data data-cluster
 	find . -name '*.test' -type f -delete
