@@ -1078,7 +1078,17 @@ func TestClusterRollingRestartPerfTest(t *testing.T) {
 	if maxLat, _ := strconv.ParseFloat(summary[5], 64); maxLat >= 2000 {
 		t.Errorf("perf-test max latency %.0f ms during the roll, want < 2000 ms", maxLat)
 	}
-	if bad := e2eErrorLines(r.stdout + r.stderr); len(bad) > 0 {
+	// A leadership move is seen by the Java producer as a retriable NOT_LEADER_OR_FOLLOWER,
+	// logged at WARN before it refreshes metadata and resends (Apache's own rolling restarts
+	// log the same); anything else, and any ERROR, is a failure.
+	var bad []string
+	for _, l := range e2eErrorLines(r.stdout + r.stderr) {
+		if strings.Contains(l, " WARN ") && strings.Contains(l, "NotLeaderOrFollowerException") {
+			continue
+		}
+		bad = append(bad, l)
+	}
+	if len(bad) > 0 {
 		t.Errorf("perf-test reported %d error lines, first: %q", len(bad), bad[0])
 	}
 
