@@ -580,3 +580,65 @@ func assertEmptyDir(t *testing.T, dir string) {
 		t.Fatalf("a refused broker wrote %v into %s", names, dir)
 	}
 }
+
+// TestClusterTopicAdminIsClusterWide: a topic created through one broker is grown through a
+// second and deleted through the third; every broker follows each step (through etcd), a
+// second create of the same name loses the CAS with TOPIC_ALREADY_EXISTS, and after the delete
+// the name can be created afresh with a new topic id.
+func TestClusterTopicAdminIsClusterWide(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	adminOn := func(id int32) *kadm.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(tc.broker(id).Addr().String()), kgo.MetadataMinAge(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return kadm.NewClient(cl)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	everyBroker := func(what string, ok func(b *Broker) bool) {
+		checkFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+			for id := int32(1); id <= 3; id++ {
+				if !ok(tc.broker(id)) {
+					return fmt.Errorf("broker %d: not yet %s", id, what)
+				}
+			}
+			return nil
+		})
+	}
+	r, err := adminOn(1).CreateTopic(ctx, 2, 2, nil, "shared")
+	if err != nil || r.Err != nil {
+		t.Fatalf("create through broker 1: %v %v", err, r.Err)
+	}
+	firstID := r.ID
+	everyBroker("has shared with 2 partitions", func(b *Broker) bool {
+		tp := b.Store.Topic("shared")
+		return tp != nil && tp.NumPartitions() == 2 && tp.ID == firstID
+	})
+	if _, err := adminOn(2).CreateTopic(ctx, 1, 1, nil, "shared"); !errors.Is(err, kerr.TopicAlreadyExists) {
+		t.Fatalf("second create through broker 2: %v, want TOPIC_ALREADY_EXISTS", err)
+	}
+	if rs, err := adminOn(2).CreatePartitions(ctx, 3, "shared"); err != nil || rs["shared"].Err != nil {
+		t.Fatalf("grow through broker 2: %v %v", err, rs["shared"].Err)
+	}
+	everyBroker("has shared with 5 partitions", func(b *Broker) bool {
+		tp := b.Store.Topic("shared")
+		return tp != nil && tp.NumPartitions() == 5
+	})
+	for p := int32(0); p < 5; p++ {
+		tc.owner("shared", p)
+	}
+	if rs, err := adminOn(3).DeleteTopics(ctx, "shared"); err != nil || rs["shared"].Err != nil {
+		t.Fatalf("delete through broker 3: %v %v", err, rs["shared"].Err)
+	}
+	everyBroker("without shared", func(b *Broker) bool { return b.Store.Topic("shared") == nil })
+	r, err = adminOn(1).CreateTopic(ctx, 1, 3, nil, "shared")
+	if err != nil || r.Err != nil {
+		t.Fatalf("re-create after delete: %v %v", err, r.Err)
+	}
+	if r.ID == firstID {
+		t.Fatal("re-created topic kept the deleted one's id")
+	}
+	tc.owner("shared", 0)
+}
