@@ -142,10 +142,22 @@ func joinCluster(cfg *configs.Config, log *zap.Logger, failStop func(string)) (*
 			return nil, err
 		}
 	}
+	if cfg.LogFlushIntervalMsgs > 1 {
+		warnPageCacheAcks(cn.log, "broker default log.flush.interval.messages", strconv.FormatInt(cfg.LogFlushIntervalMsgs, 10))
+	}
 	cn.table = topology.NewTable(topology.Broker{ID: cfg.BrokerID, Rack: info.Rack, Endpoints: info.Endpoints})
 	cn.table.RequireLoad() // nothing is local until the agent has loaded it
 	ok = true
 	return cn, nil
+}
+
+// warnPageCacheAcks says loudly what flush.messages > 1 means on a shared volume: those acks
+// come from this host's page cache, and a successor on another host cannot see unsynced bytes,
+// so a host loss takes them back (design risk 6; Apache's flush.messages has the same meaning,
+// but Apache also has replicas).
+func warnPageCacheAcks(log *zap.Logger, what, v string) {
+	log.Warn("flush.messages > 1 in cluster mode: acknowledged records not yet fsync'd are lost if this broker's host fails; keep flush.messages=1 for acks=all durability",
+		zap.String("where", what), zap.String("flush.messages", v))
 }
 
 // incarnation names this run of the broker in file names (WAL, journals, offsets log).
@@ -398,6 +410,9 @@ func (r clusterResources) Release(ctx context.Context, res cluster.Resource) ([]
 
 func (r clusterResources) TopicChanged(t cluster.TopicMeta) {
 	r.cn.rf.Store(t.Name, t.RF)
+	if v, ok := t.Configs["flush.messages"]; ok && v != "1" {
+		warnPageCacheAcks(r.cn.log, "topic "+t.Name, v)
+	}
 	if _, err := r.b.Store.EnsureTopic(t.Name, t.ID, t.Partitions, t.Configs); err != nil {
 		r.cn.log.Error("cannot open topic from the registry", zap.String("topic", t.Name), zap.Error(err))
 	}
