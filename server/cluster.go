@@ -286,8 +286,12 @@ func (cn *clusterNode) collectDeadWALs(b *Broker) {
 		if cn.table.Controller() != cn.cfg.BrokerID {
 			continue
 		}
-		live := map[string]bool{}
-		for _, br := range cn.liveIncarnations() {
+		incs, err := cn.liveIncarnations()
+		if err != nil || len(incs) == 0 {
+			continue // unknown who is alive: collect nothing (an empty list would make everyone "dead")
+		}
+		live := map[string]bool{filepath.Base(walDir("", cn.cfg.BrokerID, cn.incarnation())): true}
+		for _, br := range incs {
 			live[br] = true
 		}
 		dir := filepath.Join(cn.cfg.DataDir, "__cluster", "wal")
@@ -338,18 +342,18 @@ func parseIncarnationDir(name string) (int32, string, bool) {
 }
 
 // liveIncarnations are the WAL directory names (b<id>-i<inc>) of the registered brokers.
-func (cn *clusterNode) liveIncarnations() []string {
+func (cn *clusterNode) liveIncarnations() ([]string, error) {
 	ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
 	defer cancel()
 	recs, _, err := cluster.ListBrokers(ctx, cn.be, cn.prefix)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	out := make([]string, 0, len(recs))
 	for _, r := range recs {
 		out = append(out, filepath.Base(walDir("", r.ID, r.Inc)))
 	}
-	return out
+	return out, nil
 }
 
 // clusterResources is what the agent loads and releases on this broker.
