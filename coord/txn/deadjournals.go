@@ -103,3 +103,38 @@ func RemoveDeadJournals(clusterDir string, brokerID int32, inc string) (int, err
 	}
 	return removed, nil
 }
+
+// JournalWriter is one (broker, incarnation) that has cluster-mode journal files on the volume.
+type JournalWriter struct {
+	Broker      int32
+	Incarnation string
+}
+
+// JournalWriters lists the writers of the cluster-mode journal generations in clusterDir, so the
+// controller can collect those of dead incarnations (RemoveDeadJournals) even after their other
+// files are gone.
+func JournalWriters(clusterDir string) ([]JournalWriter, error) {
+	dir := filepath.Join(clusterDir, StateDir)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot list transaction state dir %s: %w", dir, err)
+	}
+	seen := map[JournalWriter]bool{}
+	var out []JournalWriter
+	for _, de := range ents {
+		base, _ := strings.CutSuffix(de.Name(), ".tmp")
+		id, ok := parseJournalName(base)
+		if !ok || id.inc == "" {
+			continue
+		}
+		w := JournalWriter{Broker: id.broker, Incarnation: id.inc}
+		if !seen[w] {
+			seen[w] = true
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
