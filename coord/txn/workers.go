@@ -863,7 +863,9 @@ func (w *worker) run() {
 				w.queue = nil
 				w.mu.Unlock()
 				if len(batch) == 0 {
-					w.shutdown(!w.c.crashed.Load())
+					// Past the lease deadline (a fail-stop, or a crash in tests) nothing more is
+					// written (Rule P): the journal stays as it is, like after kill -9.
+					w.shutdown(!w.c.crashed.Load() && w.c.publishable())
 					return
 				}
 				w.processAll(batch)
