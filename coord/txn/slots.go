@@ -16,6 +16,9 @@ package txn
 //	       entries dropped from memory            the release and the sagas in flight finish
 //	                                              (their internal ops are still served)
 //
+// In cluster mode the "loading" step is readSlotStateCluster instead: the highest-epoch
+// checkpoint, only its epoch's records, and slot-N-e<epoch>.json written before serving.
+//
 // Every status change happens on the slot's worker goroutine, so it is ordered with the slot's
 // operations: an op queued before ReleaseSlot is answered normally, one queued after it answers
 // NOT_COORDINATOR. The status is also published in Coordinator.status for cheap reads (Owns).
@@ -55,7 +58,8 @@ func checkSlot(slot int) error {
 	return nil
 }
 
-// LoadSlot loads slot (its file and every journal record of it, from any broker), makes its
+// LoadSlot loads slot (its file and every journal record of it, from any broker; in cluster mode
+// readSlotStateCluster's rules, and the coordinator epoch is exactly epoch), makes its
 // coordinator epoch max(epoch, the persisted one) — epoch is the leader epoch of
 // __transaction_state partition slot — checkpoints it, starts serving it and re-drives every
 // prepared transaction in it. Meanwhile its operations answer COORDINATOR_LOAD_IN_PROGRESS. done

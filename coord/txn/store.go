@@ -258,10 +258,11 @@ func checkEntry(slot int, tid string, e *Entry) error {
 	return nil
 }
 
-// writeSlotFiles durably replaces the given slot files (names: SlotFileName or SlotCheckpointName): every tmp file is written and fsynced
-// (concurrently: they are distinct files with one writer each), then renamed, then the directory
-// is fsynced once for all of them. errs[i] reports slot i's outcome; a directory fsync failure
-// fails every slot renamed in this call.
+// writeSlotFiles durably replaces the given slot files (names: SlotFileName, or SlotCheckpointName
+// in cluster mode): every tmp file is written and fsynced (concurrently: they are distinct files
+// with one writer each), then renamed, then the directory is fsynced once for all of them.
+// errs[i] reports file i's outcome; a directory fsync failure fails every file renamed in this
+// call.
 func writeSlotFiles(fsys FileSystem, dir string, names []string, data [][]byte) []error {
 	errs := make([]error, len(names))
 	tmp := func(i int) string { return filepath.Join(dir, names[i]+".tmp") }
