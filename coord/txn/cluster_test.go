@@ -2,6 +2,7 @@ package txn
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -325,5 +326,74 @@ func TestClusterPublishFalseAnswersNothing(t *testing.T) {
 	}
 	if err := a.load(t, SlotFor("other-slot-id"), 1); ErrorCode(err) != codec.CodeNotCoordinator {
 		t.Fatalf("LoadSlot after the latch: %v", err)
+	}
+}
+
+// TestClusterLegacySlotFileReadAtItsEpoch: a single-broker slot-N.json is the starting
+// checkpoint of a cluster load at its stored coordinatorEpoch (a stale assignment below it is
+// refused), and the epoch-named checkpoint replaces it.
+func TestClusterLegacySlotFileReadAtItsEpoch(t *testing.T) {
+	dir := t.TempDir()
+	single, _ := startCoord(t, dir, nil)
+	single.parts.auto()
+	const tid = "legacy-id"
+	slot := SlotFor(tid)
+	single.begin(t, tid, "", tps("t", 0)...)
+	single.Close() // leaves exactly the slot files, slot-N.json at coordinatorEpoch 1
+	ls, err := readSlot(filepath.Join(dir, StateDir), slot)
+	if err != nil || !ls.exists || ls.coordinatorEpoch != 1 {
+		t.Fatalf("legacy slot file: %+v %v", ls, err)
+	}
+	ls.coordinatorEpoch = 4
+	if err := writeSlotFile(dir, slot, ls); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := clusterCoord(t, dir, 1, "c1", nil)
+	if err := c.load(t, slot, 3); !errors.Is(err, ErrSlotFenced) {
+		t.Fatalf("load below the legacy file's epoch: %v", err)
+	}
+	if err := c.load(t, slot, 5); err != nil {
+		t.Fatal(err)
+	}
+	if d := c.describe(t, tid); d.State != "Ongoing" {
+		t.Fatalf("legacy entry: %+v", d)
+	}
+	names := stateFiles(t, dir)
+	if !hasFile(names, SlotCheckpointName(slot, 5)) || hasFile(names, SlotFileName(slot)) {
+		t.Fatalf("files after the load: %v", names)
+	}
+}
+
+func TestClusterFileNames(t *testing.T) {
+	id := journalID{broker: 3, inc: "7f3a", worker: 2, gen: 9}
+	name := journalName(id)
+	if name != "journal-b3-i7f3a-w2-00000000000000000009.log" {
+		t.Fatalf("cluster journal name %s", name)
+	}
+	if got, ok := parseJournalName(name); !ok || got != id {
+		t.Fatalf("parse %s: %+v %v", name, got, ok)
+	}
+	for _, bad := range []string{"journal-b3-i-w2-00000000000000000009.log", "journal-b3-i7f-3a-w2-00000000000000000009.log",
+		"journal-b3-ix_y-w2-00000000000000000009.log"} {
+		if _, ok := parseJournalName(bad); ok {
+			t.Errorf("parsed %s", bad)
+		}
+	}
+	if n := SlotCheckpointName(7, 12); n != "slot-7-e12.json" {
+		t.Fatalf("checkpoint name %s", n)
+	}
+	for name, want := range map[string][3]int{"slot-7-e12.json": {7, 12, 0}, "slot-7.json": {7, 0, 1}} {
+		s, e, legacy, ok := parseSlotFileName(name)
+		if !ok || s != want[0] || int(e) != want[1] || legacy != (want[2] == 1) {
+			t.Errorf("parse %s: %d %d %v %v", name, s, e, legacy, ok)
+		}
+	}
+	for _, bad := range []string{"slot-7-e012.json", "slot-50-e1.json", "slot-7-e1.json.tmp", "slot-x.json"} {
+		if _, _, _, ok := parseSlotFileName(bad); ok {
+			t.Errorf("parsed %s", bad)
+		}
+	}
+	if _, err := New(Config{ClusterDir: t.TempDir(), AllocPID: (&atomicAlloc{}).alloc, Partitions: newFakeParts(), Incarnation: "a-b"}); err == nil {
+		t.Fatal("New accepted an incarnation with a separator")
 	}
 }
