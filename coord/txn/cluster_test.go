@@ -397,3 +397,40 @@ func TestClusterFileNames(t *testing.T) {
 		t.Fatal("New accepted an incarnation with a separator")
 	}
 }
+
+// TestClusterReaperAbortNeedsPublish: a timed-out transaction's PrepareAbort that becomes
+// durable after the lease deadline starts no abort (no fence, no marker): the successor, which
+// may already see the transaction Ongoing, decides.
+func TestClusterReaperAbortNeedsPublish(t *testing.T) {
+	dir := t.TempDir()
+	var pub atomic.Bool
+	pub.Store(true)
+	a, _ := clusterCoord(t, dir, 1, "a1", func(c *Config) { c.Publish = pub.Load })
+	a.parts.auto()
+	const tid = "reap-pub"
+	if err := a.load(t, SlotFor(tid), 1); err != nil {
+		t.Fatal(err)
+	}
+	r := a.init(t, tid, 1000)
+	if res, err := call(t, func(d func(AddPartitionsResult, error)) {
+		a.AddPartitions(AddPartitionsParams{TransactionalID: tid, ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch,
+			Partitions: tps("t", 0), Version: 3}, d)
+	}); err != nil || res.Code != 0 {
+		t.Fatalf("add: %+v %v", res, err)
+	}
+	calls := a.parts.calls0()
+	a.advance(time.Minute)
+	pub.Store(false)
+	if n, _ := call(t, func(d func(int, error)) { a.ReapNow(func(n int) { d(n, nil) }) }); n != 0 {
+		t.Fatalf("reaper started %d sagas past the deadline", n)
+	}
+	a.barrier(t)
+	if got := a.parts.calls0(); got != calls {
+		t.Fatalf("%d marker writes past the deadline", got-calls)
+	}
+	for len(a.parts.fences) > 0 {
+		if fr := <-a.parts.fences; fr.ProducerID == r.ProducerID && fr.Epoch > r.ProducerEpoch {
+			t.Fatalf("fence past the deadline: %+v", fr)
+		}
+	}
+}
