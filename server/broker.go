@@ -181,7 +181,16 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	// previous incarnation left prepared in the background (their ids answer
 	// CONCURRENT_TRANSACTIONS meanwhile).
 	b.Markers = NewMarkerWriter(b.Store, topo, log.Named("txn"))
+	var txnInc string
+	var txnPublish func() bool
+	if b.cluster != nil {
+		// Journals per incarnation, epoch-named slot checkpoints, slots only through the agent's
+		// LoadSlot, and Rule P on every answer and marker dispatch (coord/txn README, "Cluster mode").
+		txnInc, txnPublish = b.cluster.incarnation(), b.cluster.member.Publishable
+	}
 	if b.Txn, err = txn.New(txn.Config{
+		Incarnation:    txnInc,
+		Publish:        txnPublish,
 		ClusterDir:     clusterDir,
 		BrokerID:       cfg.BrokerID,
 		Workers:        cfg.TransactionWorkers,
