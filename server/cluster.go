@@ -287,18 +287,17 @@ func (cn *clusterNode) collectDeadWALs(b *Broker) {
 		if cn.table.Controller() != cn.cfg.BrokerID {
 			continue
 		}
-		incs, err := cn.liveIncarnations()
-		if err != nil || len(incs) == 0 {
-			continue // unknown who is alive: collect nothing (an empty list would make everyone "dead")
-		}
-		live := map[string]bool{filepath.Base(walDir("", cn.cfg.BrokerID, cn.incarnation())): true}
-		for _, br := range incs {
-			live[br] = true
-		}
+		// The directories are listed BEFORE the live brokers: an incarnation registers before
+		// it creates its WAL, so a directory that exists and is alive is in the broker listing
+		// too (the other order could take a just-started broker's empty WAL for a dead one's).
 		dir := filepath.Join(cn.cfg.DataDir, "__cluster", "wal")
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			continue
+		}
+		live := cn.liveSet()
+		if live == nil {
+			continue // unknown who is alive: collect nothing (an empty list would make everyone "dead")
 		}
 		for _, e := range ents {
 			name := e.Name()
@@ -342,11 +341,8 @@ func (cn *clusterNode) collectDeadJournals() {
 		cn.log.Warn("cannot list transaction journals", zap.Error(err))
 		return
 	}
-	live := map[string]bool{}
-	for _, br := range cn.liveIncarnations() {
-		live[br] = true
-	}
-	if len(live) == 0 {
+	live := cn.liveSet()
+	if live == nil {
 		return
 	}
 	for _, w := range writers {
@@ -377,6 +373,20 @@ func parseIncarnationDir(name string) (int32, string, bool) {
 		return 0, "", false
 	}
 	return int32(id), inc, true
+}
+
+// liveSet is the set of live incarnations' directory names, this one always included; nil when
+// the broker list cannot be read or is empty.
+func (cn *clusterNode) liveSet() map[string]bool {
+	incs, err := cn.liveIncarnations()
+	if err != nil || len(incs) == 0 {
+		return nil
+	}
+	live := map[string]bool{filepath.Base(walDir("", cn.cfg.BrokerID, cn.incarnation())): true}
+	for _, br := range incs {
+		live[br] = true
+	}
+	return live
 }
 
 // liveIncarnations are the WAL directory names (b<id>-i<inc>) of the registered brokers.
