@@ -117,6 +117,17 @@ func TestDocUpdateWithoutChangeOrWithErrorWritesNothing(t *testing.T) {
 	}
 }
 
+// TestDocTooLargeIsRefusedAndCounted: a change past docMaxBytes writes nothing.
+func TestDocTooLargeIsRefusedAndCounted(t *testing.T) {
+	f := NewFake(NewManualClock(time.Unix(1000, 0)))
+	d := NewDoc[docItem](f, SecurityKey("/kaas/t/", "acls"), "test")
+	before := mDocTooLarge.Get()
+	big := docItem{Name: string(make([]byte, docMaxBytes))}
+	if _, _, err := d.Update(addItem(big)); !errors.Is(err, ErrDocTooLarge) || f.Rev() != 0 || mDocTooLarge.Get() != before+1 {
+		t.Fatalf("oversized update: %v, rev %d, counted %d", err, f.Rev(), mDocTooLarge.Get()-before)
+	}
+}
+
 // TestDocSeedCreatesOnce: of two seeds only the first writes; the second keeps what is there.
 func TestDocSeedCreatesOnce(t *testing.T) {
 	ctx := context.Background()
