@@ -53,8 +53,8 @@ type BrokerOptions struct {
 	// broker alone, owning everything at epoch 0 (a topology.Table the listener publishes its
 	// bound address to).
 	Topology topology.Topology
-	// Credentials is the SCRAM credential store; nil: a credentials.FileStore in
-	// data.dir/__cluster (cluster mode passes its shared store).
+	// Credentials is the SCRAM credential store; nil: in cluster mode the cluster's shared
+	// store (etcd, credentials.SharedStore), else a credentials.FileStore in data.dir/__cluster.
 	Credentials credentials.Store
 	// PrincipalFor, for tests only: see Deps.PrincipalFor.
 	PrincipalFor func(remoteAddr string) string

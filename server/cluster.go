@@ -14,7 +14,8 @@ package server
 //	  │ Join: brokers/<id> free (a dead predecessor's key expires within the TTL) ─held─► refuse
 //	  ▼
 //	data.dir/__cluster/brokers/b<id>/.lock → cluster.json (exclusive create) → PIDs → lazy store
-//	(WAL in __cluster/wal/b<id>-i<inc>) → offsets (log per incarnation) → coordinators → listener
+//	(WAL in __cluster/wal/b<id>-i<inc>) → offsets (log per incarnation) → coordinators
+//	→ security documents (etcd security/*, seeded once from the volume's files; watched) → listener
 //	→ assignment agent (loads what the controller gives this broker) → controller candidacy
 //
 // Rule P: the store, the offsets log and the answers publish only while Member.Publishable
