@@ -363,7 +363,7 @@ func TestStaleReleasesAreTheOnesNoSuccessorNeeds(t *testing.T) {
 			{id: ResourceID{Kind: KindGroupShard, N: 49}, epoch: 2, key: "g2"},
 			{id: ResourceID{Kind: KindGroupShard, N: 49}, epoch: 7, key: "g7"}, // release 8 exists: drop
 			{id: ResourceID{Kind: KindGroupShard, N: 49}, epoch: 8, key: "g8"}, // read by the holder of 9: keep
-			{id: pid(topicB, 0), epoch: 1, key: "b1"}, // topic gone
+			{id: pid(topicB, 0), epoch: 1, key: "b1"},                          // topic gone
 		},
 	}
 	var got []string
