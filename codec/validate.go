@@ -146,11 +146,6 @@ func ValidateProduceBatch(records []byte, o ValidateOptions) Validated {
 		if o.TimestampAfterMaxMs >= 0 && o.TimestampAfterMaxMs <= math.MaxInt64-o.NowMs {
 			w.hi = o.NowMs + o.TimestampAfterMaxMs
 		}
-		// The header's own bounds first: cheap, and what kaas checked before records were
-		// walked.
-		if b.BaseTimestamp() < w.lo || b.MaxTimestamp() > w.hi {
-			return fail(CodeInvalidTimestamp)
-		}
 	}
 	recs := b.Records()
 	malformed := CodeCorruptMessage
