@@ -23,11 +23,11 @@ import (
 type inertKind int
 
 const (
-	inertInt              inertKind = iota // Java int
-	inertLong                              // Java long
-	inertBool                              // true / false, case-insensitive
-	inertRatio                             // double in [0, 1]
-	inertThrottledList                     // "*" or partition:broker,...
+	inertInt           inertKind = iota // Java int
+	inertLong                           // Java long
+	inertBool                           // true / false, case-insensitive
+	inertRatio                          // double in [0, 1]
+	inertThrottledList                  // "*" or partition:broker,...
 )
 
 // inertKey is one accepted-but-inert topic config.
