@@ -112,6 +112,15 @@ func TestValidateCompressedBatchEachCodec(t *testing.T) {
 	}
 }
 
+// TestUncompressedBadOffsetDeltaIsInvalidRecord: kaas keeps its strict check of uncompressed
+// batches (Apache stores them as they are and consumers compute wrong offsets).
+func TestUncompressedBadOffsetDeltaIsInvalidRecord(t *testing.T) {
+	skip := recordsOf(5, keyed, func(i int) int64 { return int64(i + i/3) })
+	if v := ValidateProduceBatch(wrapBatch(skip, 5, CompressionNone, 0), lax); v.Code != CodeInvalidRecord || v.RecordIndex != 3 {
+		t.Fatalf("code %d index %d", v.Code, v.RecordIndex)
+	}
+}
+
 func TestValidateCompressedBatchErrors(t *testing.T) {
 	f := func(name string, b []byte, o ValidateOptions, want int16, wantIndex int32) {
 		t.Helper()
@@ -123,7 +132,23 @@ func TestValidateCompressedBatchErrors(t *testing.T) {
 	for _, c := range []int{CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd} {
 		name := CompressionName(c)
 		skip := recordsOf(5, keyed, func(i int) int64 { return int64(i + i/3) }) // 0 1 2 4 5
-		f(name+" offset delta", wrapBatch(libCompress(t, c, skip), 5, int16(c), 0), lax, CodeInvalidRecord, 3)
+		renumberedTo := func(o ValidateOptions, want int) {
+			t.Helper()
+			v := ValidateProduceBatch(wrapBatch(libCompress(t, c, skip), 5, int16(c), AttrTransactional), o)
+			if v.Code != CodeNone || !v.Renumbered || !v.Recompressed || v.Batch.Compression() != want || !v.Batch.IsTransactional() {
+				t.Fatalf("%s offset deltas 0 1 2 4 5: code %d renumbered %v codec %d", name, v.Code, v.Renumbered, v.Batch.Compression())
+			}
+			// Rewritten to 0..4: the rebuilt batch validates without renumbering, also when
+			// uncompressed (where kaas checks deltas strictly).
+			if again := ValidateProduceBatch(v.Batch, lax); again.Code != CodeNone || again.Renumbered {
+				t.Fatalf("%s renumbered batch: code %d renumbered %v", name, again.Code, again.Renumbered)
+			}
+			v.Release()
+		}
+		renumberedTo(lax, c)
+		toNone := lax
+		toNone.Recompress, toNone.TargetCompression = true, CompressionNone
+		renumberedTo(toNone, CompressionNone)
 		// The header claims 6 records, the stream has 5: Apache's "premature EOF".
 		f(name+" short stream", wrapBatch(libCompress(t, c, goodRecords(5)), 6, int16(c), 0), lax, CodeInvalidRecord, -1)
 		// The header claims 4 records, the stream has 5.

@@ -52,7 +52,10 @@ type Validated struct {
 	Message     string
 	// DecompressLimited: refused because it inflated past MaxUncompressedBytes.
 	DecompressLimited bool
-	Recompressed      bool
+	// Recompressed: Batch is a new batch (another codec, or Renumbered).
+	Recompressed bool
+	// Renumbered: a compressed batch's inner offset deltas were not 0..n-1 and were rewritten.
+	Renumbered bool
 	// UncompressedBytes is the size of the records section once decompressed.
 	UncompressedBytes int
 	buf               *bytebufferpool.ByteBuffer
@@ -86,8 +89,11 @@ func ValidateProduce(records []byte, o ValidateOptions) (Batch, int16) {
 //     lastOffsetDelta = count-1, transactional batches carry a producer id, else INVALID_RECORD
 //   - every record is walked, compressed batches after decompression (bounded by
 //     MaxUncompressedBytes, MESSAGE_TOO_LARGE beyond): exactly count records with lengths in
-//     bounds and nothing left over, offset deltas 0..n-1, a key on compacted topics, CreateTime
-//     timestamps within the configured skew (INVALID_TIMESTAMP, 32)
+//     bounds and nothing left over, a key on compacted topics, CreateTime timestamps within the
+//     configured skew (INVALID_TIMESTAMP, 32)
+//   - offset deltas 0..n-1: an uncompressed batch that breaks this is INVALID_RECORD (kaas is
+//     stricter than Apache here, which stores it as is and lets consumers compute wrong
+//     offsets); a compressed one is renumbered and recompressed, as Apache does
 //   - maxTimestamp is set to the largest record timestamp, as Apache's in-place assignment does
 //   - with Recompress, the records are recompressed into a new batch (same producer id, epoch,
 //     sequence, transactional bit, timestamps; new length and CRC), which must itself fit
@@ -152,6 +158,7 @@ func ValidateProduceBatch(records []byte, o ValidateOptions) Validated {
 	var scratch *bytebufferpool.ByteBuffer
 	if c := b.Compression(); c != CompressionNone {
 		malformed = CodeInvalidRecord
+		w.renumber = true
 		limit := o.MaxUncompressedBytes
 		if limit <= 0 {
 			limit = DefaultMaxUncompressedBytes
@@ -181,10 +188,23 @@ func ValidateProduceBatch(records []byte, o ValidateOptions) Validated {
 		b.updateCRC()
 	}
 	v.Batch = b
-	if !o.Recompress || o.TargetCompression == b.Compression() {
+	target, level := o.TargetCompression, o.TargetLevel
+	if !o.Recompress {
+		target, level = b.Compression(), 0 // 0: the codec's default level
+	}
+	if w.misnumbered {
+		// Apache rewrites, rather than rejects, a compressed batch whose inner offsets are not
+		// 0..n-1 (LogValidator: old clients got them wrong): the records are renumbered and
+		// recompressed, in the topic's codec or else the producer's.
+		fixed := DecompressPool.Get()
+		defer DecompressPool.Put(fixed)
+		fixed.B = renumberRecords(fixed.B[:0], recs, w.n)
+		recs = fixed.B
+		v.Renumbered = true
+	} else if target == b.Compression() {
 		return v
 	}
-	nb, code := rebuildBatch(b, recs, o.TargetCompression, o.TargetLevel)
+	nb, code := rebuildBatch(b, recs, target, level)
 	if code != CodeNone {
 		return fail(code)
 	}
@@ -195,6 +215,27 @@ func ValidateProduceBatch(records []byte, o ValidateOptions) Validated {
 	}
 	v.Batch, v.buf, v.Recompressed = Batch(nb.B), nb, true
 	return v
+}
+
+// renumberRecords appends recs (n records already walked, so well-formed) with offset delta i
+// for record i and every other byte kept.
+func renumberRecords(dst, recs []byte, n int32) []byte {
+	var body []byte
+	for i := int32(0); i < n; i++ {
+		l, k := binary.Varint(recs)
+		rec := recs[k : k+int(l)]
+		recs = recs[k+int(l):]
+		_, tk := binary.Varint(rec[1:]) // timestamp delta
+		head := rec[:1+tk]
+		_, ok := binary.Varint(rec[1+tk:]) // old offset delta
+		rest := rec[1+tk+ok:]
+		body = append(body[:0], head...)
+		body = binary.AppendVarint(body, int64(i))
+		body = append(body, rest...)
+		dst = binary.AppendVarint(dst, int64(len(body)))
+		dst = append(dst, body...)
+	}
+	return dst
 }
 
 // rebuildBatch writes b's header and recs (uncompressed records) compressed with codec c into a
@@ -225,9 +266,12 @@ type recordWalk struct {
 	compacted bool
 	checkTs   bool
 	lo, hi    int64 // accepted CreateTime timestamp range when checkTs
-	maxTs     int64 // out: the largest record timestamp
-	failedAt  int32 // out: index of the offending record for record-level errors, else -1
-	reason    string
+	// renumber: accept offset deltas other than 0..n-1 (set misnumbered) instead of failing.
+	renumber    bool
+	misnumbered bool  // out
+	maxTs       int64 // out: the largest record timestamp
+	failedAt    int32 // out: index of the offending record for record-level errors, else -1
+	reason      string
 }
 
 // walk returns CodeNone or the error: malformed for framing problems (lengths, varints, record
@@ -257,7 +301,9 @@ func (w *recordWalk) walk(p []byte, malformed int16) int16 {
 		if k <= 0 {
 			return malformed
 		}
-		if od != int64(i) {
+		if od != int64(i) && w.renumber {
+			w.misnumbered = true
+		} else if od != int64(i) {
 			w.failedAt, w.reason = i, "offset delta "+strconv.FormatInt(od, 10)+" where "+strconv.Itoa(int(i))+" was expected"
 			return CodeInvalidRecord
 		}

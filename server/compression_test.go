@@ -138,13 +138,17 @@ func TestCompressedProduceIntoProducerAndZstdTopics(t *testing.T) {
 }
 
 // zstdBatch is a hand-built zstd v2 batch of n records from no producer; delta(i) is record i's
-// offset delta and keyless(i) drops its key.
-func zstdBatch(n int, delta func(int) int64, keyless func(int) bool) []byte {
+// offset delta, keyless(i) drops its key, and record future (if > 0) is two hours ahead.
+func zstdBatch(n int, delta func(int) int64, keyless func(int) bool, future int) []byte {
 	var recs []byte
 	for i := 0; i < n; i++ {
 		var body []byte
 		body = append(body, 0)
-		body = binary.AppendVarint(body, 0)
+		tsDelta := int64(0)
+		if future > 0 && i == future {
+			tsDelta = int64(2 * time.Hour / time.Millisecond)
+		}
+		body = binary.AppendVarint(body, tsDelta)
 		body = binary.AppendVarint(body, delta(i))
 		if keyless(i) {
 			body = binary.AppendVarint(body, -1)
@@ -174,9 +178,11 @@ func compressedBatch(recs []byte, n int) []byte {
 }
 
 // TestInvalidCompressedRecordsGetApacheErrors: the records inside a compressed batch are
-// checked, not just its CRC: a bad offset delta is INVALID_RECORD naming the record
-// (ErrorRecords), a decompression bomb is MESSAGE_TOO_LARGE and counted, and nothing of either
-// is written.
+// checked, not just its CRC: a header claiming more records than the stream holds is
+// INVALID_RECORD; a record timestamp out of message.timestamp.after.max.ms is INVALID_TIMESTAMP
+// naming the record (ErrorRecords); a decompression bomb is MESSAGE_TOO_LARGE and counted;
+// nothing of these is written. Inner offset deltas other than 0..n-1 are renumbered, as Apache
+// does, and consumers see consecutive offsets.
 func TestInvalidCompressedRecordsGetApacheErrors(t *testing.T) {
 	addr, s := newTestBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -186,7 +192,8 @@ func TestInvalidCompressedRecordsGetApacheErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "bad-inner"); err != nil {
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1,
+		map[string]*string{"message.timestamp.after.max.ms": kadm.StringPtr("60000")}, "bad-inner"); err != nil {
 		t.Fatal(err)
 	}
 	produce := func(b []byte) kmsg.ProduceResponseTopicPartition {
@@ -204,12 +211,24 @@ func TestInvalidCompressedRecordsGetApacheErrors(t *testing.T) {
 	never := func(int) bool { return false }
 	inOrder := func(i int) int64 { return int64(i) }
 
-	if r := produce(zstdBatch(4, inOrder, never)); r.ErrorCode != 0 || r.BaseOffset != 0 {
+	if r := produce(zstdBatch(4, inOrder, never, 0)); r.ErrorCode != 0 || r.BaseOffset != 0 {
 		t.Fatalf("valid zstd batch: code %d offset %d", r.ErrorCode, r.BaseOffset)
 	}
-	r := produce(zstdBatch(4, func(i int) int64 { return int64(i) * 2 }, never))
-	if r.ErrorCode != codec.CodeInvalidRecord || len(r.ErrorRecords) != 1 || r.ErrorRecords[0].RelativeOffset != 1 || r.ErrorMessage == nil {
-		t.Fatalf("bad offset delta: code %d records %+v", r.ErrorCode, r.ErrorRecords)
+	// Deltas 0 2 4 6: renumbered to 4..7.
+	if r := produce(zstdBatch(4, func(i int) int64 { return int64(i) * 2 }, never, 0)); r.ErrorCode != 0 || r.BaseOffset != 4 {
+		t.Fatalf("misnumbered zstd batch: code %d offset %d", r.ErrorCode, r.BaseOffset)
+	}
+	short := zstdBatch(4, inOrder, never, 0)
+	binary.BigEndian.PutUint32(short[57:], 5) // count 5, lastOffsetDelta 4, 4 records inside
+	binary.BigEndian.PutUint32(short[23:], 4)
+	binary.BigEndian.PutUint32(short[17:], codec.Batch(short).ComputeCRC())
+	if r := produce(short); r.ErrorCode != codec.CodeInvalidRecord {
+		t.Fatalf("count above the records: code %d", r.ErrorCode)
+	}
+	// Record 2 is two hours ahead.
+	r := produce(zstdBatch(4, inOrder, never, 2))
+	if r.ErrorCode != codec.CodeInvalidTimestamp || len(r.ErrorRecords) != 1 || r.ErrorRecords[0].RelativeOffset != 2 || r.ErrorMessage == nil {
+		t.Fatalf("future record: code %d records %+v", r.ErrorCode, r.ErrorRecords)
 	}
 	before := mProduceDecompressLimited.Get()
 	bomb := compressedBatch(make([]byte, codec.DefaultMaxUncompressedBytes+1), 1)
@@ -222,8 +241,27 @@ func TestInvalidCompressedRecordsGetApacheErrors(t *testing.T) {
 	if got := mProduceDecompressLimited.Get(); got != before+1 {
 		t.Fatalf("kaas_produce_decompress_limit_total went %d → %d", before, got)
 	}
-	if end := s.deps.Store.Topic("bad-inner").Partition(0).LogEndOffset(); end != 4 {
-		t.Fatalf("log end %d, want 4: refused batches write nothing", end)
+	if end := s.deps.Store.Topic("bad-inner").Partition(0).LogEndOffset(); end != 8 {
+		t.Fatalf("log end %d, want 8: refused batches write nothing", end)
+	}
+	c, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("bad-inner"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var offsets []int64
+	for len(offsets) < 8 {
+		fs := c.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { offsets = append(offsets, r.Offset) })
+	}
+	for i, o := range offsets {
+		if o != int64(i) {
+			t.Fatalf("consumed offsets %v, want 0..7", offsets)
+		}
 	}
 }
 
