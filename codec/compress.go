@@ -88,10 +88,13 @@ func Decompress(dst []byte, c int, src []byte, limit int) ([]byte, error) {
 		defer gzipReaders.Put(r)
 		r.src.Reset(src)
 		if err := r.Reset(&r.src); err != nil {
+			r.src.Reset(nil)
 			return dst, err
 		}
 		// Kafka writes one member; a concatenation of members is still one valid gzip stream.
-		return readLimited(dst, &r.Reader, limit)
+		out, err := readLimited(dst, &r.Reader, limit)
+		r.src.Reset(nil) // the pool must not pin the request's bytes
+		return out, err
 	case CompressionSnappy:
 		return decodeSnappy(dst, src, limit)
 	case CompressionLZ4:
@@ -99,16 +102,21 @@ func Decompress(dst []byte, c int, src []byte, limit int) ([]byte, error) {
 		defer lz4Readers.Put(r)
 		r.src.Reset(src)
 		r.Reset(&r.src)
-		return readLimited(dst, r.Reader, limit)
+		out, err := readLimited(dst, r.Reader, limit)
+		r.src.Reset(nil)
+		r.Reset(nil)
+		return out, err
 	case CompressionZstd:
 		d := zstdDecoders.Get().(*zstdDecoder)
 		defer zstdDecoders.Put(d)
 		d.src.Reset(src)
 		if err := d.Reset(&d.src); err != nil {
+			d.src.Reset(nil)
 			return dst, err
 		}
 		out, err := readLimited(dst, d.Decoder, limit)
-		_ = d.Reset(nil) // drop the reference to src
+		d.src.Reset(nil)
+		_ = d.Reset(nil)
 		return out, err
 	}
 	return dst, errUnknownCodec
@@ -379,8 +387,8 @@ func init() {
 // (one block encoder per GOMAXPROCS, built on demand). zstd's numeric levels
 // map onto klauspost's speeds (EncoderLevelFromZstd); negative levels are the fastest.
 func zstdEncoder(level int) *zstd.Encoder {
-	if level < ZstdLevelMin || level > ZstdLevelMax {
-		level = ZstdLevelDefault
+	if level == 0 || level < ZstdLevelMin || level > ZstdLevelMax {
+		level = ZstdLevelDefault // zstd's level 0 means its default level
 	}
 	l := zstd.SpeedFastest
 	if level > 0 {
