@@ -7,4 +7,8 @@ import "github.com/valyala/bytebufferpool"
 var (
 	FramePool    bytebufferpool.Pool
 	ResponsePool bytebufferpool.Pool
+	// DecompressPool holds the decompressed records of a compressed batch while it is
+	// validated (and recompressed); BatchPool holds batches the broker rebuilt.
+	DecompressPool bytebufferpool.Pool
+	BatchPool      bytebufferpool.Pool
 )

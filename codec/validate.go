@@ -1,6 +1,12 @@
 package codec
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math"
+	"strconv"
+
+	"github.com/valyala/bytebufferpool"
+)
 
 // ValidateOptions are the topic settings a produced batch is checked against.
 type ValidateOptions struct {
@@ -10,10 +16,70 @@ type ValidateOptions struct {
 	TimestampBeforeMaxMs int64
 	TimestampAfterMaxMs  int64
 	NowMs                int64
+	// LogAppendTime: the topic's message.timestamp.type is LogAppendTime, so producer
+	// timestamps are replaced on append and not checked (Apache validates them for CreateTime
+	// only).
+	LogAppendTime bool
+	// Compacted: cleanup.policy includes compact, so every record needs a key (Apache's
+	// LogValidator: "Compacted topic cannot accept message without key", INVALID_RECORD).
+	Compacted bool
+	// MaxUncompressedBytes caps what a compressed batch may inflate to (0 =
+	// DefaultMaxUncompressedBytes). Beyond it the batch is refused with MESSAGE_TOO_LARGE and
+	// Validated.DecompressLimited is set, so the caller can count it.
+	MaxUncompressedBytes int
+	// Recompress: store the batch with TargetCompression (at TargetLevel, Apache's level
+	// semantics) whatever codec the producer used (compression.type other than producer).
+	Recompress        bool
+	TargetCompression int
+	TargetLevel       int
 }
 
-// ValidateProduce checks the records of one partition in a Produce request (v3+) the way Apache's
-// ProduceRequest/LogValidator do, and returns the single batch they must hold.
+// DefaultMaxUncompressedBytes bounds the decompressed records of one produced batch. Apache has
+// no such bound (it streams); kaas decompresses a batch whole to validate it, so the bound is
+// what one produce partition may cost in memory. 64 MiB is 64 times the default
+// max.message.bytes: far above what real compressed records reach (zstd on JSON gets ~10x).
+const DefaultMaxUncompressedBytes = 64 << 20
+
+// Validated is the outcome of ValidateProduceBatch.
+type Validated struct {
+	// Batch is what to append: the producer's bytes (offsets and maxTimestamp still rewritten
+	// in place), or a rebuilt batch when Recompressed.
+	Batch Batch
+	Code  int16
+	// RecordIndex is the record a record-level error is about (Produce v8 RecordErrors), -1 for
+	// a batch-level error; Message is Apache's error message for it.
+	RecordIndex int32
+	Message     string
+	// DecompressLimited: refused because it inflated past MaxUncompressedBytes.
+	DecompressLimited bool
+	// Recompressed: Batch is a new batch (another codec, or Renumbered).
+	Recompressed bool
+	// Renumbered: a compressed batch's inner offset deltas were not 0..n-1 and were rewritten.
+	Renumbered bool
+	// UncompressedBytes is the size of the records section once decompressed.
+	UncompressedBytes int
+	buf               *bytebufferpool.ByteBuffer
+}
+
+// Release returns a rebuilt batch's buffer to the pool; Batch must not be used afterwards.
+// Safe on any Validated, and more than once.
+func (v *Validated) Release() {
+	if v.buf != nil {
+		BatchPool.Put(v.buf)
+		v.buf = nil
+		v.Batch = nil
+	}
+}
+
+// ValidateProduce is ValidateProduceBatch for callers that only need the batch and code. A
+// rebuilt batch's buffer is then left to the garbage collector.
+func ValidateProduce(records []byte, o ValidateOptions) (Batch, int16) {
+	v := ValidateProduceBatch(records, o)
+	return v.Batch, v.Code
+}
+
+// ValidateProduceBatch checks the records of one partition in a Produce request (v3+) the way
+// Apache's ProduceRequest and LogValidator do, and returns the single batch they must hold.
 //
 //   - exactly one v2 batch (magic 2), else INVALID_RECORD (87)
 //   - length field consistent with the bytes, else CORRUPT_MESSAGE (2)
@@ -21,110 +87,265 @@ type ValidateOptions struct {
 //   - CRC32C over bytes 21.., else CORRUPT_MESSAGE
 //   - no client-written control batches, a known compression codec, at least one record,
 //     lastOffsetDelta = count-1, transactional batches carry a producer id, else INVALID_RECORD
-//   - for uncompressed batches every record is walked: lengths in bounds, offset deltas 0..n-1,
-//     nothing left over, else CORRUPT_MESSAGE / INVALID_RECORD
-//   - CreateTime timestamps within the configured skew, else INVALID_TIMESTAMP (32)
-func ValidateProduce(records []byte, o ValidateOptions) (Batch, int16) {
+//   - every record is walked, compressed batches after decompression (bounded by
+//     MaxUncompressedBytes, MESSAGE_TOO_LARGE beyond): exactly count records with lengths in
+//     bounds and nothing left over, a key on compacted topics, CreateTime timestamps within the
+//     configured skew (INVALID_TIMESTAMP, 32)
+//   - offset deltas 0..n-1: an uncompressed batch that breaks this is INVALID_RECORD (kaas is
+//     stricter than Apache here, which stores it as is and lets consumers compute wrong
+//     offsets); a compressed one is renumbered and recompressed, as Apache does
+//   - maxTimestamp is set to the largest record timestamp, as Apache's in-place assignment does
+//   - with Recompress, the records are recompressed into a new batch (same producer id, epoch,
+//     sequence, transactional bit, timestamps; new length and CRC), which must itself fit
+//     max.message.bytes (MESSAGE_TOO_LARGE), as Apache checks after recompressing
+//
+// Malformed records answer CORRUPT_MESSAGE in an uncompressed batch, and INVALID_RECORD in a
+// compressed one: there the CRC covered the compressed bytes and held, so the producer encoded
+// garbage, and CORRUPT_MESSAGE is retriable (Apache's stream iterator raises
+// InvalidRecordException for a short stream; a stream its codec cannot decode is a generic
+// KafkaException there, UNKNOWN_SERVER_ERROR, which kaas answers as INVALID_RECORD too).
+func ValidateProduceBatch(records []byte, o ValidateOptions) Validated {
+	v := Validated{RecordIndex: -1}
+	fail := func(code int16) Validated { v.Code = code; return v }
 	if len(records) < BatchHeaderSize {
-		return nil, CodeCorruptMessage
+		return fail(CodeCorruptMessage)
 	}
 	if records[16] != 2 {
-		return nil, CodeInvalidRecord
+		return fail(CodeInvalidRecord)
 	}
 	b, ok, bad := FrameBatch(records)
 	if !ok || bad {
-		return nil, CodeCorruptMessage
+		return fail(CodeCorruptMessage)
 	}
 	if o.MaxMessageBytes > 0 && len(b) > int(o.MaxMessageBytes) {
-		return nil, CodeMessageTooLarge
+		return fail(CodeMessageTooLarge)
 	}
 	if len(b) != len(records) {
 		// A second batch (or trailing garbage) after the first.
-		return nil, CodeInvalidRecord
+		return fail(CodeInvalidRecord)
 	}
 	if !b.CRCValid() {
-		return nil, CodeCorruptMessage
+		return fail(CodeCorruptMessage)
 	}
 	if b.IsControl() {
-		return nil, CodeInvalidRecord
+		return fail(CodeInvalidRecord)
 	}
-	if b.Compression() > 4 {
-		return nil, CodeCorruptMessage
+	if b.Compression() > CompressionZstd {
+		return fail(CodeCorruptMessage)
 	}
 	n := b.NumRecords()
 	if n <= 0 || b.LastOffsetDelta() != n-1 {
-		return nil, CodeInvalidRecord
+		return fail(CodeInvalidRecord)
 	}
 	if b.IsTransactional() && b.ProducerID() < 0 {
-		return nil, CodeInvalidRecord
+		return fail(CodeInvalidRecord)
 	}
-	if b.Compression() == 0 {
-		if code := walkRecords(b.Records(), n); code != CodeNone {
-			return nil, code
+	w := recordWalk{
+		n: n, base: b.BaseTimestamp(), compacted: o.Compacted,
+		checkTs: !o.LogAppendTime && !b.IsLogAppendTime() && o.NowMs > 0,
+		lo:      math.MinInt64, hi: math.MaxInt64,
+	}
+	if w.checkTs {
+		if o.TimestampBeforeMaxMs >= 0 && o.TimestampBeforeMaxMs <= o.NowMs {
+			w.lo = o.NowMs - o.TimestampBeforeMaxMs
+		}
+		if o.TimestampAfterMaxMs >= 0 && o.TimestampAfterMaxMs <= math.MaxInt64-o.NowMs {
+			w.hi = o.NowMs + o.TimestampAfterMaxMs
 		}
 	}
-	if !b.IsLogAppendTime() && o.NowMs > 0 {
-		if o.TimestampBeforeMaxMs >= 0 && b.BaseTimestamp() < o.NowMs-o.TimestampBeforeMaxMs {
-			return nil, CodeInvalidTimestamp
+	recs := b.Records()
+	malformed := CodeCorruptMessage
+	var scratch *bytebufferpool.ByteBuffer
+	if c := b.Compression(); c != CompressionNone {
+		malformed = CodeInvalidRecord
+		w.renumber = true
+		limit := o.MaxUncompressedBytes
+		if limit <= 0 {
+			limit = DefaultMaxUncompressedBytes
 		}
-		if o.TimestampAfterMaxMs >= 0 && b.MaxTimestamp() > o.NowMs+o.TimestampAfterMaxMs {
-			return nil, CodeInvalidTimestamp
+		scratch = DecompressPool.Get()
+		defer DecompressPool.Put(scratch)
+		out, err := Decompress(scratch.B[:0], c, recs, limit)
+		scratch.B = out
+		if err == ErrDecompressLimit {
+			v.DecompressLimited = true
+			v.Message = "compressed records exceed the broker's decompression limit"
+			return fail(CodeMessageTooLarge)
 		}
+		if err != nil {
+			v.Message = "cannot decompress " + CompressionName(c) + " records: " + err.Error()
+			return fail(CodeInvalidRecord)
+		}
+		recs = out
 	}
-	return b, CodeNone
+	v.UncompressedBytes = len(recs)
+	if code := w.walk(recs, malformed); code != CodeNone {
+		v.RecordIndex, v.Message = w.failedAt, w.reason
+		return fail(code)
+	}
+	if !o.LogAppendTime && !b.IsLogAppendTime() && w.maxTs != b.MaxTimestamp() {
+		binary.BigEndian.PutUint64(b[35:], uint64(w.maxTs))
+		b.updateCRC()
+	}
+	v.Batch = b
+	target, level := o.TargetCompression, o.TargetLevel
+	if !o.Recompress {
+		target, level = b.Compression(), 0 // 0: the codec's default level
+	}
+	if w.misnumbered {
+		// Apache rewrites, rather than rejects, a compressed batch whose inner offsets are not
+		// 0..n-1 (LogValidator: old clients got them wrong): the records are renumbered and
+		// recompressed, in the topic's codec or else the producer's.
+		fixed := DecompressPool.Get()
+		defer DecompressPool.Put(fixed)
+		fixed.B = renumberRecords(fixed.B[:0], recs, w.n)
+		recs = fixed.B
+		v.Renumbered = true
+	} else if target == b.Compression() {
+		return v
+	}
+	nb, code := rebuildBatch(b, recs, target, level)
+	if code != CodeNone {
+		return fail(code)
+	}
+	if o.MaxMessageBytes > 0 && len(nb.B) > int(o.MaxMessageBytes) {
+		BatchPool.Put(nb)
+		v.Batch = nil
+		return fail(CodeMessageTooLarge)
+	}
+	v.Batch, v.buf, v.Recompressed = Batch(nb.B), nb, true
+	return v
 }
 
-// walkRecords checks the framing of n uncompressed v2 records.
-func walkRecords(p []byte, n int32) int16 {
+// renumberRecords appends recs (n records already walked, so well-formed) with offset delta i
+// for record i and every other byte kept.
+func renumberRecords(dst, recs []byte, n int32) []byte {
+	var body []byte
 	for i := int32(0); i < n; i++ {
+		l, k := binary.Varint(recs)
+		rec := recs[k : k+int(l)]
+		recs = recs[k+int(l):]
+		_, tk := binary.Varint(rec[1:]) // timestamp delta
+		head := rec[:1+tk]
+		_, ok := binary.Varint(rec[1+tk:]) // old offset delta
+		rest := rec[1+tk+ok:]
+		body = append(body[:0], head...)
+		body = binary.AppendVarint(body, int64(i))
+		body = append(body, rest...)
+		dst = binary.AppendVarint(dst, int64(len(body)))
+		dst = append(dst, body...)
+	}
+	return dst
+}
+
+// rebuildBatch writes b's header and recs (uncompressed records) compressed with codec c into a
+// pooled buffer, with the codec bits, the length and the CRC set for the new bytes. Every other
+// header field (producer id, epoch, base sequence, transactional bit, timestamps, counts) is
+// kept: the producer's idempotence and transaction state refer to them.
+func rebuildBatch(b Batch, recs []byte, c, level int) (*bytebufferpool.ByteBuffer, int16) {
+	nb := BatchPool.Get()
+	out := append(nb.B[:0], b[:BatchHeaderSize]...)
+	out, err := Compress(out, c, level, recs)
+	if err != nil {
+		BatchPool.Put(nb)
+		return nil, CodeUnknownServerError
+	}
+	nb.B = out
+	nbatch := Batch(out)
+	attrs := uint16(b.Attributes())&^AttrCompressionMask | uint16(c)
+	binary.BigEndian.PutUint16(nbatch[21:], attrs)
+	binary.BigEndian.PutUint32(nbatch[8:], uint32(len(out)-LogOverhead))
+	nbatch.updateCRC()
+	return nb, CodeNone
+}
+
+// recordWalk checks n v2 records (uncompressed bytes) in one pass.
+type recordWalk struct {
+	n         int32
+	base      int64 // baseTimestamp
+	compacted bool
+	checkTs   bool
+	lo, hi    int64 // accepted CreateTime timestamp range when checkTs
+	// renumber: accept offset deltas other than 0..n-1 (set misnumbered) instead of failing.
+	renumber    bool
+	misnumbered bool  // out
+	maxTs       int64 // out: the largest record timestamp
+	failedAt    int32 // out: index of the offending record for record-level errors, else -1
+	reason      string
+}
+
+// walk returns CodeNone or the error: malformed for framing problems (lengths, varints, record
+// count), INVALID_RECORD for offset deltas and missing keys, INVALID_TIMESTAMP for timestamps.
+func (w *recordWalk) walk(p []byte, malformed int16) int16 {
+	w.failedAt = -1
+	w.maxTs = math.MinInt64
+	for i := int32(0); i < w.n; i++ {
 		l, k := binary.Varint(p)
 		if k <= 0 || l < 0 || int64(len(p)-k) < l {
-			return CodeCorruptMessage
+			w.reason = "record size does not match the bytes"
+			return malformed
 		}
 		rec := p[k : k+int(l)]
 		p = p[k+int(l):]
 		if len(rec) < 1 {
-			return CodeCorruptMessage
+			return malformed
 		}
-		rec = rec[1:]                          // attributes
-		if _, k = binary.Varint(rec); k <= 0 { // timestamp delta
-			return CodeCorruptMessage
+		rec = rec[1:] // attributes (unused in v2)
+		tsd, k := binary.Varint(rec)
+		if k <= 0 {
+			return malformed
 		}
+		ts := w.base + tsd
 		rec = rec[k:]
 		od, k := binary.Varint(rec)
 		if k <= 0 {
-			return CodeCorruptMessage
+			return malformed
 		}
-		if od != int64(i) {
+		if od != int64(i) && w.renumber {
+			w.misnumbered = true
+		} else if od != int64(i) {
+			w.failedAt, w.reason = i, "offset delta "+strconv.FormatInt(od, 10)+" where "+strconv.Itoa(int(i))+" was expected"
 			return CodeInvalidRecord
 		}
 		rec = rec[k:]
-		var ok bool
-		if rec, ok = skipVarBytes(rec); !ok { // key
-			return CodeCorruptMessage
+		kl, k := binary.Varint(rec)
+		if k <= 0 || kl < -1 || int64(len(rec)-k) < kl {
+			return malformed
 		}
+		if kl < 0 && w.compacted {
+			w.failedAt, w.reason = i, "Compacted topic cannot accept message without key"
+			return CodeInvalidRecord
+		}
+		rec = rec[k+max(int(kl), 0):]
+		var ok bool
 		if rec, ok = skipVarBytes(rec); !ok { // value
-			return CodeCorruptMessage
+			return malformed
 		}
 		hc, k := binary.Varint(rec)
 		if k <= 0 || hc < 0 {
-			return CodeCorruptMessage
+			return malformed
 		}
 		rec = rec[k:]
 		for h := int64(0); h < hc; h++ {
 			if rec, ok = skipVarBytes(rec); !ok {
-				return CodeCorruptMessage
+				return malformed
 			}
 			if rec, ok = skipVarBytes(rec); !ok {
-				return CodeCorruptMessage
+				return malformed
 			}
 		}
 		if len(rec) != 0 {
-			return CodeCorruptMessage
+			return malformed
 		}
+		if w.checkTs && (ts < w.lo || ts > w.hi) {
+			w.failedAt, w.reason = i, "timestamp "+strconv.FormatInt(ts, 10)+" of the record is out of range"
+			return CodeInvalidTimestamp
+		}
+		w.maxTs = max(w.maxTs, ts)
 	}
 	if len(p) != 0 {
-		return CodeCorruptMessage
+		w.reason = "bytes left after the declared record count"
+		return malformed
 	}
 	return CodeNone
 }

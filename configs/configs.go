@@ -45,6 +45,10 @@ type Config struct {
 	LogTimestampType       string
 	LogTimestampBeforeMax  int64
 	LogTimestampAfterMax   int64
+	CompressionType        string
+	CompressionGzipLevel   int32
+	CompressionLZ4Level    int32
+	CompressionZstdLevel   int32
 	RetentionCheckInterval time.Duration
 	LogPreallocate         bool
 	LogWALEnable           bool
@@ -105,6 +109,10 @@ func Default() Config {
 		LogTimestampType:       "CreateTime",
 		LogTimestampBeforeMax:  math.MaxInt64,
 		LogTimestampAfterMax:   3600000, // Kafka 4.0 default (KIP-937)
+		CompressionType:        "producer",
+		CompressionGzipLevel:   -1,
+		CompressionLZ4Level:    9,
+		CompressionZstdLevel:   3,
 		RetentionCheckInterval: 5 * time.Minute,
 		LogWALEnable:           true,
 		ProducerIDExpiration:   24 * time.Hour, // Apache's producer.id.expiration.ms default
@@ -176,6 +184,10 @@ func (c *Config) entries() []entry {
 		{"log.message.timestamp.type", kString, &c.LogTimestampType, "CreateTime or LogAppendTime", false},
 		{"log.message.timestamp.before.max.ms", kInt64, &c.LogTimestampBeforeMax, "reject CreateTime records older than this", false},
 		{"log.message.timestamp.after.max.ms", kInt64, &c.LogTimestampAfterMax, "reject CreateTime records further in the future than this", false},
+		{"compression.type", kString, &c.CompressionType, "default compression.type: producer keeps the producer's codec; uncompressed, gzip, snappy, lz4 or zstd recompresses other codecs into it", false},
+		{"compression.gzip.level", kInt32, &c.CompressionGzipLevel, "default compression.gzip.level: -1 or 1..9", false},
+		{"compression.lz4.level", kInt32, &c.CompressionLZ4Level, "default compression.lz4.level: 1..17", false},
+		{"compression.zstd.level", kInt32, &c.CompressionZstdLevel, "default compression.zstd.level: -131072..22", false},
 		{"log.retention.check.interval.ms", kMillis, &c.RetentionCheckInterval, "how often retention runs", false},
 		{"log.preallocate", kBool, &c.LogPreallocate, "keep a zeroed region ahead of active segments so flushes are cheaper fdatasyncs (writes the zeros too)", false},
 		{"log.wal.enable", kBool, &c.LogWALEnable, "make flush.messages=1 acks durable with one shared, group-committed write-ahead log (data.dir/wal) instead of one fsync per partition", false},
@@ -399,6 +411,20 @@ func (c *Config) Validate() error {
 	}
 	if c.LogTimestampType != "CreateTime" && c.LogTimestampType != "LogAppendTime" {
 		errs = append(errs, errors.New("log.message.timestamp.type must be CreateTime or LogAppendTime"))
+	}
+	switch c.CompressionType {
+	case "producer", "uncompressed", "gzip", "snappy", "lz4", "zstd":
+	default:
+		errs = append(errs, errors.New("compression.type must be one of producer, uncompressed, gzip, snappy, lz4, zstd"))
+	}
+	if c.CompressionGzipLevel != -1 && (c.CompressionGzipLevel < 1 || c.CompressionGzipLevel > 9) {
+		errs = append(errs, errors.New("compression.gzip.level must be -1 or 1..9"))
+	}
+	if c.CompressionLZ4Level < 1 || c.CompressionLZ4Level > 17 {
+		errs = append(errs, errors.New("compression.lz4.level must be 1..17"))
+	}
+	if c.CompressionZstdLevel < -131072 || c.CompressionZstdLevel > 22 {
+		errs = append(errs, errors.New("compression.zstd.level must be -131072..22"))
 	}
 	if c.TransactionVersion < 0 || c.TransactionVersion > 2 {
 		errs = append(errs, errors.New("transaction.version must be 0, 1 or 2"))

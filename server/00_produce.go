@@ -8,9 +8,16 @@ package server
 //     topic), UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION for __consumer_offsets and
 //     __transaction_state (only their coordinators write there, as in Apache), then
 //     NOT_LEADER_OR_FOLLOWER when the topology says another broker leads the partition.
-//   - Each partition's records must be exactly one valid v2 batch (codec.ValidateProduce):
+//   - Each partition's records must be exactly one valid v2 batch (codec.ValidateProduceBatch):
 //     CORRUPT_MESSAGE / INVALID_RECORD / MESSAGE_TOO_LARGE / INVALID_TIMESTAMP otherwise, and
 //     nothing of that partition is written. Other partitions of the request are unaffected.
+//     Compressed batches are decompressed (at most codec.DefaultMaxUncompressedBytes, else
+//     MESSAGE_TOO_LARGE, counted in kaas_produce_decompress_limit_total) and every record is
+//     checked as Apache's LogValidator does; a record-level error names the record in
+//     ErrorRecords (v8+) with its message.
+//   - compression.type other than producer: a batch in another codec is recompressed (new
+//     batch, new CRC; producer id, epoch, sequence and transactional bit kept) before it is
+//     appended, and must still fit max.message.bytes.
 //   - The batch is appended (offsets assigned in place), then the answer waits until the
 //     partition's fsync covers it: an acks=all answer means the bytes are on disk, and the high
 //     watermark consumers read from never passes fsync'd data. acks=1 waits for the same fsync
@@ -34,6 +41,7 @@ package server
 // only while transaction.version 2 is served.
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +68,7 @@ type produceAppend struct {
 	topic string
 	out   *kmsg.ProduceResponseTopicPartition
 	b     codec.Batch
+	v     codec.Validated // owns b's buffer when the broker rebuilt the batch
 	txn   bool
 	guard uint64 // KIP-890 verification guard (transactional, not yet ongoing here)
 	// verify: the coordinator must confirm the partition is in the transaction first.
@@ -145,18 +154,28 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 			}
 			p, t := lp.p, tr.t
 			cfg := t.Config()
-			b, code := codec.ValidateProduce(rp.Records, codec.ValidateOptions{
+			vo := codec.ValidateOptions{
 				MaxMessageBytes:      cfg.MaxMessageBytes,
 				TimestampBeforeMaxMs: cfg.TimestampBeforeMaxMs,
 				TimestampAfterMaxMs:  cfg.TimestampAfterMaxMs,
 				NowMs:                now,
-			})
-			if code != codec.CodeNone {
-				out.ErrorCode = code
-				mProduceRejected.Inc()
+				LogAppendTime:        cfg.TimestampType == storage.TimestampLogAppendTime,
+				Compacted:            strings.Contains(cfg.CleanupPolicy, "compact"),
+			}
+			vo.TargetCompression, vo.TargetLevel, vo.Recompress = cfg.Recompression()
+			v := codec.ValidateProduceBatch(rp.Records, vo)
+			if v.Code != codec.CodeNone {
+				rejectProduce(out, &v, req.Version)
 				continue
 			}
-			a := produceAppend{p: p, topic: rt.Topic, out: out, b: b}
+			if v.Batch.Compression() != codec.CompressionNone || v.Recompressed {
+				mProduceDecompressedBytes.Add(v.UncompressedBytes)
+			}
+			if v.Recompressed {
+				mProduceRecompressed.Inc()
+			}
+			b := v.Batch
+			a := produceAppend{p: p, topic: rt.Topic, out: out, b: b, v: v}
 			if b.IsTransactional() {
 				if txnAuth == 0 {
 					txnAuth = -1
@@ -167,6 +186,7 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 				if txnAuth < 0 {
 					out.ErrorCode = codec.CodeTransactionalIDAuthorization
 					mProduceRejected.Inc()
+					a.v.Release()
 					continue
 				}
 				a.txn = true
@@ -216,6 +236,27 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 	}
 	op.appendReady(time.Now().UnixMilli())
 	return op.finish(), nil
+}
+
+// rejectProduce answers a batch validation failed, with Apache's record-level detail (Produce v8
+// RecordErrors: the failing record's index and message) where the failure is about one record.
+func rejectProduce(out *kmsg.ProduceResponseTopicPartition, v *codec.Validated, version int16) {
+	out.ErrorCode = v.Code
+	mProduceRejected.Inc()
+	if v.DecompressLimited {
+		mProduceDecompressLimited.Inc()
+	}
+	if version < 8 || v.Message == "" {
+		return
+	}
+	msg := v.Message
+	out.ErrorMessage = &msg
+	if v.RecordIndex >= 0 {
+		re := kmsg.NewProduceResponseTopicPartitionErrorRecord()
+		re.RelativeOffset = v.RecordIndex
+		re.ErrorMessage = &msg
+		out.ErrorRecords = append(out.ErrorRecords, re)
+	}
 }
 
 // run appends what needs no verification and starts the verification of the rest. It returns
@@ -276,6 +317,8 @@ func (op *produceOp) appendVerified(now int64) {
 		a := &op.appends[i]
 		if a.verify && a.out.ErrorCode == codec.CodeNone {
 			op.append(a, now)
+		} else if a.verify {
+			a.v.Release()
 		}
 	}
 }
@@ -287,6 +330,9 @@ func (op *produceOp) append(a *produceAppend, now int64) {
 	} else {
 		res = a.p.Append(a.b, now)
 	}
+	// Storage copied the bytes (segment and WAL); a rebuilt batch's buffer goes back.
+	a.v.Release()
+	a.b = nil
 	a.out.ErrorCode = res.Code
 	if res.Code != codec.CodeNone {
 		return

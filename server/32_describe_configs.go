@@ -73,11 +73,11 @@ var topicConfigMeta = map[string]struct {
 	"flush.messages":                  {"log.flush.interval.messages", kmsg.ConfigTypeLong},
 	"flush.ms":                        {"log.flush.interval.ms", kmsg.ConfigTypeLong},
 	"compression.type":                {"compression.type", kmsg.ConfigTypeString},
+	"compression.gzip.level":          {"compression.gzip.level", kmsg.ConfigTypeInt},
+	"compression.lz4.level":           {"compression.lz4.level", kmsg.ConfigTypeInt},
+	"compression.zstd.level":          {"compression.zstd.level", kmsg.ConfigTypeInt},
 	// Accepted and shown, no effect in kaas (storage/config_inert.go). Broker synonyms as
 	// Apache 4.1 describes them; "" = none (only a topic override is listed as a synonym).
-	"compression.gzip.level":                  {"compression.gzip.level", kmsg.ConfigTypeInt},
-	"compression.lz4.level":                   {"compression.lz4.level", kmsg.ConfigTypeInt},
-	"compression.zstd.level":                  {"compression.zstd.level", kmsg.ConfigTypeInt},
 	"delete.retention.ms":                     {"log.cleaner.delete.retention.ms", kmsg.ConfigTypeLong},
 	"file.delete.delay.ms":                    {"log.segment.delete.delay.ms", kmsg.ConfigTypeLong},
 	"follower.replication.throttled.replicas": {"", kmsg.ConfigTypeList},

@@ -41,6 +41,15 @@ func init() {
 
 var mProduceRejected = metrics.NewCounter(`kaas_produce_rejected_batches_total`)
 
+// Compressed produce: batches refused because they inflate past the decompression limit
+// (codec.DefaultMaxUncompressedBytes; a decompression bomb or an outsized batch), bytes
+// decompressed for validation, and batches recompressed into the topic's compression.type.
+var (
+	mProduceDecompressLimited = metrics.NewCounter(`kaas_produce_decompress_limit_total`)
+	mProduceDecompressedBytes = metrics.NewCounter(`kaas_produce_decompressed_bytes_total`)
+	mProduceRecompressed      = metrics.NewCounter(`kaas_produce_recompressed_batches_total`)
+)
+
 // Listener security (listener.go, tls.go, sasl.go).
 var (
 	mTLSHandshakeFailures = metrics.NewCounter(`kaas_tls_handshake_failures_total`)

@@ -115,5 +115,9 @@ func TopicDefaults(cfg configs.Config) storage.TopicConfig {
 	d.TimestampType = cfg.LogTimestampType
 	d.TimestampBeforeMaxMs = cfg.LogTimestampBeforeMax
 	d.TimestampAfterMaxMs = cfg.LogTimestampAfterMax
+	d.CompressionType = cfg.CompressionType
+	d.GzipLevel = cfg.CompressionGzipLevel
+	d.LZ4Level = cfg.CompressionLZ4Level
+	d.ZstdLevel = cfg.CompressionZstdLevel
 	return d
 }

@@ -83,7 +83,7 @@ func TestTopicConfigsApacheKeysNoEffect(t *testing.T) {
 
 	for k, v := range map[string]string{
 		"min.insync.replicas":           "0",
-		"compression.type":              "gzip", // recompression is not implemented
+		"compression.type":              "GZIP", // the values are case-sensitive, as in Apache
 		"remote.storage.enable":         "true", // no tiered storage
 		"message.downconversion.enable": "true", // removed in Apache 4.0
 		"segment.index.bytes":           "3",

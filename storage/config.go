@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/codec"
 )
 
 // Config configures a Store.
@@ -109,6 +111,14 @@ type TopicConfig struct {
 	// unflushed append (the HWM only moves on fsync, so this bounds consumer visibility lag).
 	FlushMessages int64
 	FlushMs       int64 // flush.ms
+	// CompressionType is compression.type: CompressionProducer keeps each batch as the
+	// producer compressed it; a codec name makes the broker store every batch in that codec,
+	// recompressing where the producer used another (Apache's LogValidator).
+	CompressionType string
+	// Levels used when recompressing to that codec (KIP-390; Apache 4.1 defaults -1, 9, 3).
+	GzipLevel int32 // compression.gzip.level: -1 (zlib default) or 1..9
+	LZ4Level  int32 // compression.lz4.level: 1..17
+	ZstdLevel int32 // compression.zstd.level: -131072..22
 	// Inert holds the Apache topic configs kaas accepts but does not act on (config_inert.go),
 	// indexed like inertKeys; "" = Apache's default.
 	Inert [numInertKeys]string
@@ -128,7 +138,42 @@ func DefaultTopicConfig() TopicConfig {
 		TimestampAfterMaxMs:  3600000,
 		FlushMessages:        1,
 		FlushMs:              math.MaxInt64,
+		CompressionType:      CompressionProducer,
+		GzipLevel:            codec.GzipLevelDefault,
+		LZ4Level:             codec.LZ4LevelDefault,
+		ZstdLevel:            codec.ZstdLevelDefault,
 	}
+}
+
+// CompressionProducer is compression.type=producer: keep the producer's codec.
+const CompressionProducer = "producer"
+
+// compressionCodecs maps compression.type values (Apache's BrokerCompressionType names, which
+// are case-sensitive) to codec ids.
+var compressionCodecs = map[string]int{
+	"uncompressed": codec.CompressionNone,
+	"gzip":         codec.CompressionGzip,
+	"snappy":       codec.CompressionSnappy,
+	"lz4":          codec.CompressionLZ4,
+	"zstd":         codec.CompressionZstd,
+}
+
+// Recompression reports the codec and level batches of this topic must be stored in; ok=false
+// for compression.type=producer (batches are stored as produced).
+func (c *TopicConfig) Recompression() (codecID, level int, ok bool) {
+	id, ok := compressionCodecs[c.CompressionType]
+	if !ok {
+		return 0, 0, false
+	}
+	switch id {
+	case codec.CompressionGzip:
+		level = int(c.GzipLevel)
+	case codec.CompressionLZ4:
+		level = int(c.LZ4Level)
+	case codec.CompressionZstd:
+		level = int(c.ZstdLevel)
+	}
+	return id, level, true
 }
 
 // ConfigEntry is one described config (DescribeConfigs). Sensitive and ReadOnly are always false.
@@ -177,6 +222,33 @@ func intKey(name string, lo, hi int64, field func(*TopicConfig) *int64) configKe
 	}
 }
 
+// levelKey is a compression level config: an int in [lo, hi], or also -1 when extra is -1
+// (compression.gzip.level, whose -1 means zlib's default, as Apache's validator allows).
+func levelKey(name string, lo, hi, extra int, field func(*TopicConfig) *int32) configKey {
+	return configKey{
+		name: name,
+		get:  func(c *TopicConfig) string { return i64(int64(*field(c))) },
+		set: func(c *TopicConfig, v string) string {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+			if err != nil {
+				return "not a 32-bit integer"
+			}
+			if extra == -1 && n == -1 {
+				*field(c) = -1
+				return ""
+			}
+			if n < int64(lo) || n > int64(hi) {
+				if extra == -1 {
+					return "must be in [" + i64(int64(lo)) + ", " + i64(int64(hi)) + "] or -1"
+				}
+				return "must be in [" + i64(int64(lo)) + ", " + i64(int64(hi)) + "]"
+			}
+			*field(c) = int32(n)
+			return ""
+		},
+	}
+}
+
 // minSegmentBytes is the smallest segment.bytes accepted. Kafka allows 14, which only makes sense
 // in its own tests; 1 KiB keeps tests able to roll segments without absurd file counts.
 const minSegmentBytes = 1024
@@ -215,22 +287,22 @@ var configKeys = []configKey{
 		},
 	},
 	{
-		// Apache's values are producer, uncompressed, gzip, snappy, lz4, zstd (case-sensitive).
-		// Anything but producer means recompressing every batch on append, which kaas does
-		// not do: accepting such a value would store batches in a codec other than the one
-		// the topic says, so it is refused.
 		name: "compression.type",
-		get:  func(c *TopicConfig) string { return "producer" },
+		get:  func(c *TopicConfig) string { return c.CompressionType },
 		set: func(c *TopicConfig, v string) string {
-			switch v {
-			case "producer":
+			if _, ok := compressionCodecs[v]; ok || v == CompressionProducer {
+				c.CompressionType = v
 				return ""
-			case "uncompressed", "gzip", "snappy", "lz4", "zstd":
-				return "broker-side recompression is not supported by kaas; only compression.type=producer is accepted"
 			}
 			return "must be one of producer, uncompressed, gzip, snappy, lz4, zstd"
 		},
 	},
+	levelKey("compression.gzip.level", codec.GzipLevelMin, codec.GzipLevelMax, codec.GzipLevelDefault,
+		func(c *TopicConfig) *int32 { return &c.GzipLevel }),
+	levelKey("compression.lz4.level", codec.LZ4LevelMin, codec.LZ4LevelMax, 0,
+		func(c *TopicConfig) *int32 { return &c.LZ4Level }),
+	levelKey("compression.zstd.level", codec.ZstdLevelMin, codec.ZstdLevelMax, 0,
+		func(c *TopicConfig) *int32 { return &c.ZstdLevel }),
 	{
 		name: "message.timestamp.type",
 		get:  func(c *TopicConfig) string { return c.TimestampType },
@@ -331,6 +403,16 @@ func (c TopicConfig) withDefaults() TopicConfig {
 	}
 	if c.FlushMs == 0 {
 		c.FlushMs = d.FlushMs
+	}
+	if c.CompressionType == "" {
+		c.CompressionType = d.CompressionType
+	}
+	// 0 is no valid gzip or lz4 level; for zstd, 0 is zstd's own "default level" and stays.
+	if c.GzipLevel == 0 {
+		c.GzipLevel = d.GzipLevel
+	}
+	if c.LZ4Level == 0 {
+		c.LZ4Level = d.LZ4Level
 	}
 	return c
 }

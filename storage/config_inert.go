@@ -23,12 +23,11 @@ import (
 type inertKind int
 
 const (
-	inertInt              inertKind = iota // Java int
-	inertLong                              // Java long
-	inertBool                              // true / false, case-insensitive
-	inertRatio                             // double in [0, 1]
-	inertThrottledList                     // "*" or partition:broker,...
-	inertCompressionLevel                  // int, range per codec (lo/hi), gzip also -1
+	inertInt           inertKind = iota // Java int
+	inertLong                           // Java long
+	inertBool                           // true / false, case-insensitive
+	inertRatio                          // double in [0, 1]
+	inertThrottledList                  // "*" or partition:broker,...
 )
 
 // inertKey is one accepted-but-inert topic config.
@@ -43,12 +42,6 @@ type inertKey struct {
 
 // inertKeys is indexed by TopicConfig.Inert.
 var inertKeys = [...]inertKey{
-	{name: "compression.gzip.level", kind: inertCompressionLevel, def: "-1", lo: 1, hi: 9,
-		reason: "only used when the broker recompresses; kaas accepts compression.type=producer only"},
-	{name: "compression.lz4.level", kind: inertCompressionLevel, def: "9", lo: 1, hi: 17,
-		reason: "only used when the broker recompresses"},
-	{name: "compression.zstd.level", kind: inertCompressionLevel, def: "3", lo: -131072, hi: 22,
-		reason: "only used when the broker recompresses"},
 	{name: "delete.retention.ms", kind: inertLong, def: "86400000", lo: 0, hi: math.MaxInt64,
 		reason: "tombstone retention of compacted topics; kaas does not compact"},
 	{name: "file.delete.delay.ms", kind: inertLong, def: "60000", lo: 0, hi: math.MaxInt64,
@@ -98,7 +91,7 @@ func parseJavaInt(v string, bits int) (int64, bool) {
 // check validates v for k and returns the value to store, or a reason.
 func (k *inertKey) check(v string) (string, string) {
 	switch k.kind {
-	case inertInt, inertLong, inertCompressionLevel:
+	case inertInt, inertLong:
 		bits := 32
 		if k.kind == inertLong {
 			bits = 64
@@ -110,15 +103,9 @@ func (k *inertKey) check(v string) (string, string) {
 			}
 			return "", "not an integer"
 		}
-		if k.kind == inertCompressionLevel && k.name == "compression.gzip.level" && n == -1 {
-			return i64(n), ""
-		}
 		if n < k.lo || n > k.hi {
 			if k.hi == math.MaxInt64 || k.hi == math.MaxInt32 {
 				return "", "must be at least " + i64(k.lo)
-			}
-			if k.name == "compression.gzip.level" {
-				return "", "must be in [1, 9] or -1"
 			}
 			return "", "must be in [" + i64(k.lo) + ", " + i64(k.hi) + "]"
 		}

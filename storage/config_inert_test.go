@@ -7,7 +7,7 @@ import (
 
 // apacheTopicConfigs is every public topic config of Apache Kafka 4.1's LogConfig, with its
 // default as Apache describes it, one value Apache accepts (and how kaas then shows it) and one
-// it refuses. kaas refuses a few values Apache accepts (compaction, recompression, tiered
+// it refuses. kaas refuses a few values Apache accepts (compaction, tiered
 // storage, tiny segments); those rows say so in kaasRefuses.
 var apacheTopicConfigs = []struct {
 	name, def        string
@@ -18,10 +18,10 @@ var apacheTopicConfigs = []struct {
 	skipDefaultCheck bool // kaas's default differs from Apache's on purpose
 }{
 	{name: "cleanup.policy", def: "delete", valid: "delete", shown: "delete", invalid: "forever", kaasRefuses: "compact", effectiveInKaas: true},
-	{name: "compression.gzip.level", def: "-1", valid: "9", shown: "9", invalid: "0"},
-	{name: "compression.lz4.level", def: "9", valid: "17", shown: "17", invalid: "18"},
-	{name: "compression.type", def: "producer", valid: "producer", shown: "producer", invalid: "GZIP", kaasRefuses: "gzip", effectiveInKaas: true},
-	{name: "compression.zstd.level", def: "3", valid: "-131072", shown: "-131072", invalid: "23"},
+	{name: "compression.gzip.level", def: "-1", valid: "9", shown: "9", invalid: "0", effectiveInKaas: true},
+	{name: "compression.lz4.level", def: "9", valid: "17", shown: "17", invalid: "18", effectiveInKaas: true},
+	{name: "compression.type", def: "producer", valid: "zstd", shown: "zstd", invalid: "GZIP", effectiveInKaas: true},
+	{name: "compression.zstd.level", def: "3", valid: "-131072", shown: "-131072", invalid: "23", effectiveInKaas: true},
 	{name: "delete.retention.ms", def: "86400000", valid: " 5 ", shown: "5", invalid: "-1"},
 	{name: "file.delete.delay.ms", def: "60000", valid: "0", shown: "0", invalid: "x"},
 	{name: "flush.messages", def: "9223372036854775807", valid: "10", shown: "10", invalid: "0", effectiveInKaas: true, skipDefaultCheck: true},
