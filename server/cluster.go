@@ -183,7 +183,9 @@ func walDir(dataDir string, broker int32, inc string) string {
 // and this broker stands for controller.
 func (cn *clusterNode) start(b *Broker) error {
 	cn.ctx, cn.cancel = context.WithCancel(context.Background())
-	agent, err := cluster.StartAgent(cn.ctx, cn.be, cluster.AgentConfig{
+	sctx, scancel := context.WithTimeout(cn.ctx, joinTimeout) // bounds the first listing only
+	defer scancel()
+	agent, err := cluster.StartAgent(sctx, cn.be, cluster.AgentConfig{
 		Prefix:         cn.prefix,
 		BrokerID:       cn.cfg.BrokerID,
 		Member:         cn.member,
@@ -193,6 +195,7 @@ func (cn *clusterNode) start(b *Broker) error {
 		SessionTimeout: cn.cfg.Cluster.SessionTimeout,
 	})
 	if err != nil {
+		close(cn.ctrlDone) // no controller was started: stop must not wait for one
 		return fmt.Errorf("cannot start the assignment agent: %w", err)
 	}
 	cn.agent = agent

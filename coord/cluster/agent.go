@@ -196,6 +196,11 @@ func StartAgent(ctx context.Context, b Backend, cfg AgentConfig) (*Agent, error)
 	case <-ctx.Done():
 		a.Close()
 		return nil, fmt.Errorf("cannot start cluster agent (broker %d): %w", cfg.BrokerID, ctx.Err())
+	case <-cfg.Member.Done():
+		// Fail-stop (or Leave) before the first listing was applied: Close above ends the
+		// watch, and ready would never close.
+		a.Close()
+		return nil, fmt.Errorf("cannot start cluster agent (broker %d): the member's lease ended", cfg.BrokerID)
 	}
 	return a, nil
 }
