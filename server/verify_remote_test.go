@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
@@ -92,5 +94,54 @@ func TestRemoteVerifierQueueRules(t *testing.T) {
 	defer rv.mu.Unlock()
 	if _, ok := rv.queues[coord]; ok {
 		t.Fatal("an idle coordinator queue was kept")
+	}
+}
+
+// TestAddOffsetsToTxnBrokerFormRunsTheTxnOffsetCommitCheck: the tagged AddOffsetsToTxn a group
+// coordinator sends for a TxnOffsetCommit needs CLUSTER_ACTION, and then answers what the local
+// check answers: v5 adds the group (TV2), v4 refuses a group the transaction lacks
+// (TRANSACTION_ABORTABLE) without adding it.
+func TestAddOffsetsToTxnBrokerFormRunsTheTxnOffsetCommitCheck(t *testing.T) {
+	tagged := func(tid string, pid int64, epoch int16, group string, version int16) *kmsg.AddOffsetsToTxnRequest {
+		req := kmsg.NewPtrAddOffsetsToTxnRequest()
+		req.Version = 4
+		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group = tid, pid, epoch, group
+		req.UnknownTags.Set(tagTxnOffsetCommitVersion, []byte{byte(version >> 8), byte(version)})
+		return req
+	}
+
+	denied := startTestBroker(t, testConfig(t), BrokerOptions{Authz: txnDeny{denyKey(OpClusterAction, ResCluster, clusterResource): true}})
+	t.Cleanup(func() { denied.stop(t) })
+	rc := dialRaw(t, denied.srv.Addr().String())
+	pid, epoch := rawInit(t, rc, "broker-form")
+	if r := fxRoundTrip[*kmsg.AddOffsetsToTxnResponse](t, rc, tagged("broker-form", pid, epoch, "g", 5)); r.ErrorCode != kerr.ClusterAuthorizationFailed.Code {
+		t.Fatalf("broker form without CLUSTER_ACTION: %v", kerr.ErrorForCode(r.ErrorCode))
+	}
+
+	tb := startTestBroker(t, testConfig(t))
+	t.Cleanup(func() { tb.stop(t) })
+	rc = dialRaw(t, tb.srv.Addr().String())
+	entry := func(tid string) *txn.Entry {
+		ch := make(chan *txn.Entry, 1)
+		tb.srv.deps.Txn.Snapshot(tid, func(e *txn.Entry, _ error) { ch <- e })
+		return <-ch
+	}
+	pid, epoch = rawInit(t, rc, "v4-check")
+	if r := fxRoundTrip[*kmsg.AddOffsetsToTxnResponse](t, rc, tagged("v4-check", pid, epoch, "g", 4)); r.ErrorCode != kerr.TransactionAbortable.Code {
+		t.Fatalf("v4 check of a group outside the transaction: %v, want TRANSACTION_ABORTABLE", kerr.ErrorForCode(r.ErrorCode))
+	}
+	if e := entry("v4-check"); e == nil || e.State == txn.Ongoing || len(e.Groups) != 0 {
+		t.Fatalf("the v4 check changed the entry: %+v", e)
+	}
+	pid, epoch = rawInit(t, rc, "v5-add")
+	if r := fxRoundTrip[*kmsg.AddOffsetsToTxnResponse](t, rc, tagged("v5-add", pid, epoch, "g", 5)); r.ErrorCode != 0 {
+		t.Fatalf("v5 implicit add: %v", kerr.ErrorForCode(r.ErrorCode))
+	}
+	if e := entry("v5-add"); e == nil || e.State != txn.Ongoing || e.TxnVersion != 2 || !slices.Equal(e.Groups, []string{"g"}) {
+		t.Fatalf("after the v5 implicit add: %+v", e)
+	}
+	// The same request at a fenced epoch: PRODUCER_FENCED translated for the client.
+	if r := fxRoundTrip[*kmsg.AddOffsetsToTxnResponse](t, rc, tagged("v5-add", pid, epoch+1, "g", 5)); r.ErrorCode != kerr.InvalidProducerEpoch.Code {
+		t.Fatalf("v5 at another epoch: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(r.ErrorCode))
 	}
 }
