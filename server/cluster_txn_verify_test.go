@@ -329,3 +329,48 @@ func rawOffsetFetchStable(t *testing.T, rc *rawConn, group string) int16 {
 	}
 	return resp.Topics[0].Partitions[0].ErrorCode
 }
+
+// TestClusterTxnVerificationRetriableWhileCoordinatorMoves: the transaction coordinator of a
+// producer crashes before its first write. Until its slot is taken over the leader cannot
+// verify, and answers a code every producer retries (NETWORK_EXCEPTION while the dead broker is
+// still named, NOT_ENOUGH_REPLICAS for a coordinator that is loading or not there), appending
+// nothing; once the successor has loaded the slot the same write is verified and appended.
+func TestClusterTxnVerificationRetriableWhileCoordinatorMoves(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	tc.waitSpread()
+	tc.createTopic("moving", 1, 3)
+	leader := tc.owner("moving", 0)
+	tid, coord := tc.txnIDAvoiding(t, "moving", leader.Broker)
+	pid, epoch := rawInit(t, dialRaw(t, tc.broker(coord.Broker).Addr().String()), tid)
+	tc.crash(coord.Broker)
+
+	lb := tc.broker(leader.Broker)
+	r := rawProduce(t, dialRaw(t, lb.Addr().String()), 12, tid, "moving", 0, txnBatch(pid, epoch, 0, "x"))
+	if r.ErrorCode != kerr.NetworkException.Code && r.ErrorCode != kerr.NotEnoughReplicas.Code {
+		t.Fatalf("first write with the coordinator down: %v, want NETWORK_EXCEPTION or NOT_ENOUGH_REPLICAS", kerr.ErrorForCode(r.ErrorCode))
+	}
+	if leo := lb.Store.Topic("moving").Partition(0).LogEndOffset(); leo != 0 {
+		t.Fatalf("an unverified write was appended: log end %d", leo)
+	}
+	checkFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		r := rawProduce(t, dialRaw(t, lb.Addr().String()), 12, tid, "moving", 0, txnBatch(pid, epoch, 0, "x"))
+		switch r.ErrorCode {
+		case 0:
+			return nil
+		case kerr.NetworkException.Code, kerr.NotEnoughReplicas.Code:
+			return fmt.Errorf("still retriable: %v", kerr.ErrorForCode(r.ErrorCode))
+		}
+		t.Fatalf("write while the slot moves: %v, want a retriable code", kerr.ErrorForCode(r.ErrorCode))
+		return nil
+	})
+	moved := tc.owner(topology.TxnTopic, int32(topology.TxnSlot(tid)))
+	if moved.Broker == coord.Broker {
+		t.Fatalf("slot still on crashed broker %d", coord.Broker)
+	}
+	if e := txnEntry(t, tc.broker(moved.Broker), tid); e == nil || e.State != txn.Ongoing || !slices.Contains(e.Partitions["moving"], 0) {
+		t.Fatalf("the successor coordinator's entry: %+v", e)
+	}
+	if p := lb.Store.Topic("moving").Partition(0); p.LogEndOffset() != 1 || p.LastStableOffset() != 0 {
+		t.Fatalf("leader after the verified write: LEO %d LSO %d, want 1 0", p.LogEndOffset(), p.LastStableOffset())
+	}
+}
