@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -143,5 +144,20 @@ func TestAddOffsetsToTxnBrokerFormRunsTheTxnOffsetCommitCheck(t *testing.T) {
 	// The same request at a fenced epoch: PRODUCER_FENCED translated for the client.
 	if r := fxRoundTrip[*kmsg.AddOffsetsToTxnResponse](t, rc, tagged("v5-add", pid, epoch+1, "g", 5)); r.ErrorCode != kerr.InvalidProducerEpoch.Code {
 		t.Fatalf("v5 at another epoch: %v, want INVALID_PRODUCER_EPOCH", kerr.ErrorForCode(r.ErrorCode))
+	}
+}
+
+// TestPeerClientsRefuseSecuredInterBrokerListener: the inter-broker clients speak PLAINTEXT
+// only; a TLS inter-broker listener is refused up front (and counted), not dialled.
+func TestPeerClientsRefuseSecuredInterBrokerListener(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Listeners = "SSL://127.0.0.1:0"
+	srv := New(cfg, zap.NewNop(), Deps{}, "test")
+	before := mPeerUnsupported.Get()
+	if _, err := srv.peers.broker(2); !errors.Is(err, errInterBrokerSecured) {
+		t.Fatalf("peer client over an SSL inter-broker listener: %v, want errInterBrokerSecured", err)
+	}
+	if mPeerUnsupported.Get() != before+1 {
+		t.Fatal("the refusal was not counted")
 	}
 }
