@@ -30,8 +30,8 @@ package server
 // again (storage.Partition.AppendMarker), and completing a group's staged offsets twice commits
 // nothing the second time.
 //
-// Lock order: ClusterMarkerWriter.mu, then peer.mu. Neither is held while calling out (local
-// writer, group coordinator, kgo, done callbacks).
+// Lock order: ClusterMarkerWriter.mu and markerPeer.mu are leaves (never held together), and
+// neither is held while calling out (local writer, group coordinator, kgo, done callbacks).
 
 import (
 	"context"
@@ -192,6 +192,12 @@ func (g clusterGroups) CompleteTxnOffsets(grp string, producerID int64, producer
 
 // route sends m to whoever owns its partition now.
 func (w *ClusterMarkerWriter) route(m *remoteMarker) {
+	select {
+	case <-w.stop:
+		m.done(codec.CodeCoordinatorNotAvailable) // closing: the transaction stays prepared
+		return
+	default:
+	}
 	o := topology.PartitionOwner(w.topo, m.req.Topic, m.req.Partition)
 	switch {
 	case o.Local:
@@ -367,7 +373,7 @@ type markerPeer struct {
 	queue    []queuedMarker
 	inflight bool
 	closed   bool
-	pending  atomic.Int64 // markers queued or in flight (gauge)
+	pending  *atomic.Int64 // markers queued or in flight to this broker (the gauge)
 }
 
 type queuedMarker struct {
@@ -376,12 +382,25 @@ type queuedMarker struct {
 }
 
 func newMarkerPeer(w *ClusterMarkerWriter, id int32, addr string, cl *kgo.Client) *markerPeer {
-	p := &markerPeer{w: w, id: id, addr: addr, cl: cl,
+	return &markerPeer{w: w, id: id, addr: addr, cl: cl, pending: markerInflight(id),
 		sent: metrics.GetOrCreateCounter(fmt.Sprintf(`kaas_txn_marker_requests_sent_total{broker="%d"}`, id))}
-	gauge := fmt.Sprintf(`kaas_txn_marker_inflight{broker="%d"}`, id)
-	metrics.UnregisterMetric(gauge) // a previous peer of the same id
-	metrics.NewGauge(gauge, func() float64 { return float64(p.pending.Load()) })
-	return p
+}
+
+// markerInflightBy holds, per destination broker id, the markers queued or in flight to it (one
+// gauge per destination, registered by whoever creates the count first; every sender to that
+// broker in the process adds to it).
+var markerInflightBy sync.Map // int32 → *atomic.Int64
+
+func markerInflight(id int32) *atomic.Int64 {
+	if v, ok := markerInflightBy.Load(id); ok {
+		return v.(*atomic.Int64)
+	}
+	n := new(atomic.Int64)
+	v, loaded := markerInflightBy.LoadOrStore(id, n)
+	if !loaded {
+		metrics.NewGauge(fmt.Sprintf(`kaas_txn_marker_inflight{broker="%d"}`, id), func() float64 { return float64(n.Load()) })
+	}
+	return v.(*atomic.Int64)
 }
 
 func (p *markerPeer) enqueue(m *remoteMarker, o topology.Owner) {
@@ -450,9 +469,8 @@ type markerKey struct {
 func (p *markerPeer) send(batch []queuedMarker) {
 	req := kmsg.NewPtrWriteTxnMarkersRequest()
 	req.Version = 1
-	type slot struct{ marker, topic int }
-	entries := map[markerKey]int{}
-	topics := map[slot]map[string]int{}
+	entries := map[markerKey]int{}      // → index in req.Markers
+	topicAt := map[int]map[string]int{} // marker index → topic → index in its Topics
 	// A response is matched by (producer id, topic, partition): Apache merges a response's
 	// markers per producer id, so two entries for one producer in one request are not sent;
 	// the second waits for the next request.
@@ -485,13 +503,12 @@ func (p *markerPeer) send(batch []queuedMarker) {
 			e := kmsg.NewWriteTxnMarkersRequestMarker()
 			e.ProducerID, e.ProducerEpoch, e.Committed, e.CoordinatorEpoch = k.pid, k.epoch, k.commit, k.coordEpoch
 			req.Markers = append(req.Markers, e)
-			topics[slot{mi, 0}] = map[string]int{}
+			topicAt[mi] = map[string]int{}
 		}
-		tmap := topics[slot{mi, 0}]
-		ti, ok := tmap[r.Topic]
+		ti, ok := topicAt[mi][r.Topic]
 		if !ok {
 			ti = len(req.Markers[mi].Topics)
-			tmap[r.Topic] = ti
+			topicAt[mi][r.Topic] = ti
 			t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
 			t.Topic = r.Topic
 			req.Markers[mi].Topics = append(req.Markers[mi].Topics, t)

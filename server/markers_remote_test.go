@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -14,6 +15,7 @@ import (
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/coord/group"
 	"github.com/kaas-go/kaas/coord/topology"
+	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
 
@@ -300,4 +302,63 @@ func TestClusterMarkerResentToNewLeaderAfterCrash(t *testing.T) {
 	tc.stableAt(topic, p2, 2)
 	equalValues(t, "partition 1 on the new leader", tc.readCommittedOnce(topic, p1), "x1")
 	equalValues(t, "partition 2", tc.readCommittedOnce(topic, p2), "x2")
+}
+
+// TestClusterMarkersBatchedPerLeaderAndResendsNotRewritten: markers of many transactions bound
+// for one remote leader share its single in-flight WriteTxnMarkers (ten markers, at most two
+// requests: the first may leave before the rest are queued), each is durable when answered, and
+// the same batch sent again (a coordinator resending after lost answers) writes nothing more.
+func TestClusterMarkersBatchedPerLeaderAndResendsNotRewritten(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	const topic = "mkb"
+	tc.createTopic(topic, 3, 3)
+	_, c, parts := tc.txnPlacement("mkb", topic)
+	part := parts[0]
+	leader := tc.owner(topic, part)
+	w := tc.broker(c).remote
+	sent := metrics.GetOrCreateCounter(fmt.Sprintf(`kaas_txn_marker_requests_sent_total{broker="%d"}`, leader.Broker))
+	var batch []txn.MarkerRequest
+	for i := 0; i < 10; i++ {
+		batch = append(batch, txn.MarkerRequest{TransactionalID: "batched", Topic: topic, Partition: part,
+			ProducerID: int64(1000 + i), ProducerEpoch: 0, Commit: true, CoordinatorEpoch: 1})
+	}
+	write := func() []txn.MarkerResult {
+		ch := make(chan []txn.MarkerResult, 1)
+		w.WriteMarkers(batch, func(res []txn.MarkerResult) { ch <- res })
+		select {
+		case res := <-ch:
+			return res
+		case <-time.After(30 * time.Second):
+			t.Fatal("WriteMarkers did not answer")
+		}
+		return nil
+	}
+	p := tc.broker(leader.Broker).Store.Topic(topic).Partition(part)
+	before := sent.Get()
+	for i, r := range write() {
+		if r.Code != codec.CodeNone {
+			t.Fatalf("marker %d: code %d", i, r.Code)
+		}
+	}
+	if n := sent.Get() - before; n < 1 || n > 2 {
+		t.Fatalf("ten markers for broker %d took %d requests, want 1 or 2", leader.Broker, n)
+	}
+	end := p.LogEndOffset()
+	if end != 10 || p.HighWatermark() != 10 || p.LastStableOffset() != 10 {
+		t.Fatalf("after ten markers: LEO %d HWM %d LSO %d, want 10 each (durable when answered)", end, p.HighWatermark(), p.LastStableOffset())
+	}
+	for i, r := range write() {
+		if r.Code != codec.CodeNone {
+			t.Fatalf("resent marker %d: code %d", i, r.Code)
+		}
+	}
+	if p.LogEndOffset() != end {
+		t.Fatalf("resent markers were written again: LEO %d → %d", end, p.LogEndOffset())
+	}
+	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if v := metrics.GetOrCreateGauge(fmt.Sprintf(`kaas_txn_marker_inflight{broker="%d"}`, leader.Broker), nil).Get(); v != 0 {
+			return fmt.Errorf("in-flight gauge %v after every answer", v)
+		}
+		return nil
+	})
 }
