@@ -15,6 +15,7 @@ const (
 	CodeRequestTimedOut                 int16 = 7
 	CodeMessageTooLarge                 int16 = 10
 	CodeOffsetMetadataTooLarge          int16 = 12
+	CodeNetworkException                int16 = 13
 	CodeCoordinatorLoadInProgress       int16 = 14
 	CodeCoordinatorNotAvailable         int16 = 15
 	CodeNotCoordinator                  int16 = 16

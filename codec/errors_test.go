@@ -68,4 +68,5 @@ func TestErrorCodesMatchKerr(t *testing.T) {
 	f(CodeInconsistentGroupProtocol, kerr.InconsistentGroupProtocol)
 	f(CodeInvalidSessionTimeout, kerr.InvalidSessionTimeout)
 	f(CodeUnknownServerError, kerr.UnknownServerError)
+	f(CodeNetworkException, kerr.NetworkException)
 }

@@ -355,6 +355,9 @@ func (op *produceOp) finish() kmsg.Response {
 //     the partition must already be in the transaction.
 //   - TV2 (Produce v12): the leader adds the partition itself (AddPartitionsToTxn v5
 //     VerifyOnly=false semantics, the coordinator keys TV2 on that version).
+//
+// The coordinator is called directly when it runs here, else through one AddPartitionsToTxn
+// v4+ request per coordinator broker (verify_remote.go); both give the same codes.
 func (op *produceOp) verifyAll(then func()) {
 	type key struct {
 		pid   int64
@@ -393,17 +396,29 @@ func (op *produceOp) verifyAll(then func()) {
 			setAll(idx, codec.CodeCoordinatorNotAvailable)
 			oneDone()
 			continue
-		case !rc.s.txnOwner(tid).Local:
-			// Cluster mode would send AddPartitionsToTxn to the coordinator broker; until that
-			// client exists a non-coordinator leader answers the retriable disguise.
-			setAll(idx, codec.CodeNotCoordinator)
-			oneDone()
-			continue
 		}
 		tps := make([]txn.TopicPartitions, len(idx))
 		for j, i := range idx {
 			a := &op.appends[i]
 			tps[j] = txn.TopicPartitions{Topic: a.topic, Partitions: []int32{a.out.Partition}}
+		}
+		if owner := rc.s.txnOwner(tid); !owner.Local && owner.Broker != rc.s.deps.Topology.LocalID() {
+			// The coordinator is another broker (cluster mode): ask it, batched per broker
+			// (verify_remote.go). No known owner is Apache's COORDINATOR_NOT_AVAILABLE. A slot
+			// this broker is still loading goes to the local coordinator, which answers 14.
+			if !owner.Known {
+				setAll(idx, codec.CodeCoordinatorNotAvailable)
+				oneDone()
+				continue
+			}
+			rc.s.verifier.verify(owner.Broker, tid, k.pid, k.epoch, version < 12, tps, func(codes []int16) {
+				defer rc.guard()
+				for j, i := range idx {
+					op.appends[i].out.ErrorCode = translateVerifyError(codes[j], version)
+				}
+				oneDone()
+			})
+			continue
 		}
 		results := func(code int16, prs []txn.PartitionResult, err error) {
 			defer rc.guard()
@@ -440,7 +455,9 @@ func (op *produceOp) verifyAll(then func()) {
 //   - otherwise the retriable coordinator errors (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR,
 //     COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) → NOT_ENOUGH_REPLICAS, so old
 //     clients retry without a metadata refresh;
-//   - CLUSTER_AUTHORIZATION_FAILED (the leader may not talk to the coordinator) → INVALID_TXN_STATE.
+//   - CLUSTER_AUTHORIZATION_FAILED (the leader may not talk to the coordinator) → INVALID_TXN_STATE;
+//   - NETWORK_EXCEPTION (the remote coordinator did not answer) passes through: it is retriable
+//     for every producer, as in Apache.
 func translateVerifyError(code, produceVersion int16) int16 {
 	switch code {
 	case codec.CodeProducerFenced:

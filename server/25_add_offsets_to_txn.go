@@ -11,6 +11,12 @@ package server
 //     later commits or discards the offsets TxnOffsetCommit staged for it. A Prepare* transaction
 //     answers CONCURRENT_TRANSACTIONS (51).
 //   - Single top-level error code.
+//   - The broker form (cluster mode, txn_offsets_remote.go): a group coordinator on another
+//     broker sends v3+ with the tagged field tagTxnOffsetCommitVersion to run the transaction
+//     check of a TxnOffsetCommit it serves (v5: the implicit add of the group; v0-4: the group
+//     must be in the Ongoing transaction). CLUSTER_ACTION is required (else
+//     CLUSTER_AUTHORIZATION_FAILED), then ownership (16) and a running coordinator (15); the
+//     answer is the code the TxnOffsetCommit client is to see.
 //
 // Version notes: v1 = v0; v2 PRODUCER_FENCED; v3 flexible; v4 TRANSACTION_ABORTABLE (TV2 clients
 // use TxnOffsetCommit v5 instead and never send this).
@@ -27,6 +33,9 @@ func init() { register(kmsg.AddOffsetsToTxn, 0, 4, handleAddOffsetsToTxn) }
 func handleAddOffsetsToTxn(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.AddOffsetsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
+	if v, ok := txnOffsetCommitTag(req); ok {
+		return serveTxnOffsetCommitCheck(rc, req, resp, v) // a group coordinator's TxnOffsetCommit check
+	}
 	switch {
 	case !rc.authorized(OpWrite, ResTransactionalID, req.TransactionalID):
 		resp.ErrorCode = codec.CodeTransactionalIDAuthorization

@@ -23,6 +23,8 @@ package server
 //     longer sends); its errors pass through except PRODUCER_FENCED → INVALID_PRODUCER_EPOCH.
 //     A transaction coordinator that cannot answer (closed, not the owner, loading, journal write
 //     failed) → COORDINATOR_NOT_AVAILABLE (retriable).
+//     When the transaction coordinator is another broker (cluster mode) the group coordinator
+//     asks it for the same check, on the client's behalf (txn_offsets_remote.go).
 //   - Then the group coordinator: KIP-447 fencing (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 //     FENCED_INSTANCE_ID; generation -1 without member = no group check), the producer epoch
 //     (INVALID_PRODUCER_EPOCH for an epoch older than the highest seen for the group and producer),
@@ -133,6 +135,11 @@ func handleTxnOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 		}
 	}
 	verify := txnOffsetCommitCheck(rc.s.deps.Txn, req)
+	if owner := rc.s.txnOwner(req.TransactionalID); !owner.Local && owner.Known && owner.Broker != rc.s.deps.Topology.LocalID() {
+		// The transaction coordinator is another broker: the same check, asked of it
+		// (txn_offsets_remote.go). Unknown or loading here: the local coordinator answers 15.
+		verify = rc.s.remoteTxnOffsetCommitCheck(owner.Broker, req)
+	}
 	rc.deferReply()
 	rc.s.deps.Groups.TxnOffsetCommit(tc, offs, verify, func(code int16) {
 		defer rc.guard()

@@ -79,6 +79,11 @@ type Server struct {
 	fetchSessions *fetchSessionCache
 	internal      [2]internalTopic // __consumer_offsets, __transaction_state
 
+	// peers are the inter-broker clients, verifier the KIP-890 verification with a remote
+	// transaction coordinator (cluster mode; peer_clients.go, verify_remote.go).
+	peers    peerClients
+	verifier remoteVerifier
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -91,7 +96,7 @@ func New(cfg configs.Config, log *zap.Logger, deps Deps, clusterID string) *Serv
 	if deps.Authz == nil {
 		deps.Authz = allowAll{}
 	}
-	return &Server{
+	s := &Server{
 		cfg:           cfg,
 		log:           log,
 		deps:          deps,
@@ -99,6 +104,8 @@ func New(cfg configs.Config, log *zap.Logger, deps Deps, clusterID string) *Serv
 		fetchSessions: newFetchSessionCache(cfg.FetchSessionCacheSize),
 		internal:      newInternalTopics(clusterID),
 	}
+	s.peers.s, s.verifier.s = s, s
+	return s
 }
 
 // Start binds every listener and returns once all accept connections.
@@ -167,7 +174,9 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	return s.stopListeners(ctx)
+	err := s.stopListeners(ctx)
+	s.peers.close()
+	return err
 }
 
 func (s *Server) stopListeners(ctx context.Context) error {
