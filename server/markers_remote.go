@@ -99,10 +99,12 @@ type ClusterMarkerWriter struct {
 	dial     func(addr string) ([]kgo.Opt, error) // per-peer client options (security)
 	log      *zap.Logger
 
-	mu     sync.Mutex
-	peers  map[int32]*markerPeer
-	closed bool
-	stop   chan struct{}
+	mu      sync.Mutex
+	peers   map[int32]*markerPeer
+	parked  []parkedMarker // waiting to be routed again (retry)
+	polling bool           // pollParked is running
+	closed  bool
+	stop    chan struct{}
 }
 
 var _ txn.PartitionWriter = (*ClusterMarkerWriter)(nil)
@@ -281,29 +283,81 @@ func (w *ClusterMarkerWriter) settle(m *remoteMarker, o topology.Owner, code int
 	}
 }
 
-// retry waits until the owner of m's partition differs from was (broker or epoch), or until
-// m's backoff ends, then routes m again. A broker that is closing fails m instead.
+// retry parks m until the owner of its partition differs from was (broker or epoch), or until
+// m's backoff ends, then routes it again. One poller goroutine serves every parked marker (it
+// exists only while some are parked), so a leader failure that parks a thousand markers costs
+// one ticker, not a thousand. A broker that is closing fails m instead.
 func (w *ClusterMarkerWriter) retry(m *remoteMarker, was topology.Owner) {
 	mMarkerRetries.Inc()
 	m.backoff = min(max(2*m.backoff, markerRetryMin), markerRetryMax)
-	go func() {
-		deadline := time.Now().Add(m.backoff)
-		t := time.NewTicker(markerPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-w.stop:
-				m.done(codec.CodeCoordinatorNotAvailable)
-				return
-			case now := <-t.C:
-				o := topology.PartitionOwner(w.topo, m.req.Topic, m.req.Partition)
-				if (o.Known && (o.Broker != was.Broker || o.Epoch != was.Epoch)) || !now.Before(deadline) {
-					w.route(m)
-					return
-				}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		m.done(codec.CodeCoordinatorNotAvailable)
+		return
+	}
+	w.parked = append(w.parked, parkedMarker{m: m, was: was, until: time.Now().Add(m.backoff)})
+	start := !w.polling
+	w.polling = true
+	w.mu.Unlock()
+	if start {
+		go w.pollParked()
+	}
+}
+
+// parkedMarker is a marker waiting for its partition's owner to change or its backoff to end.
+type parkedMarker struct {
+	m     *remoteMarker
+	was   topology.Owner
+	until time.Time
+}
+
+// pollParked routes again every parked marker whose owner changed or whose backoff ended, each
+// markerPoll, until none is parked; at close it fails them all.
+func (w *ClusterMarkerWriter) pollParked() {
+	t := time.NewTicker(markerPoll)
+	defer t.Stop()
+	for {
+		var now time.Time
+		select {
+		case <-w.stop:
+			w.mu.Lock()
+			ps := w.parked
+			w.parked, w.polling = nil, false
+			w.mu.Unlock()
+			for _, pm := range ps {
+				pm.m.done(codec.CodeCoordinatorNotAvailable)
+			}
+			return
+		case now = <-t.C:
+		}
+		w.mu.Lock()
+		ps := w.parked
+		w.parked = nil
+		w.mu.Unlock()
+		var keep, ready []parkedMarker
+		for _, pm := range ps {
+			o := topology.PartitionOwner(w.topo, pm.m.req.Topic, pm.m.req.Partition)
+			if (o.Known && (o.Broker != pm.was.Broker || o.Epoch != pm.was.Epoch)) || !now.Before(pm.until) {
+				ready = append(ready, pm)
+			} else {
+				keep = append(keep, pm)
 			}
 		}
-	}()
+		w.mu.Lock()
+		w.parked = append(keep, w.parked...)
+		idle := len(w.parked) == 0
+		if idle {
+			w.polling = false
+		}
+		w.mu.Unlock()
+		for _, pm := range ready {
+			w.route(pm.m)
+		}
+		if idle {
+			return
+		}
+	}
 }
 
 // peer returns the sender for broker id, (re)built when the broker's inter-broker endpoint

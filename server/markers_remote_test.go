@@ -11,8 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/group"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
@@ -361,4 +363,42 @@ func TestClusterMarkersBatchedPerLeaderAndResendsNotRewritten(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestInterBrokerMarkerClientTLS: with an SSL inter-broker listener the marker sender's client
+// verifies the peer against the listener's truststore (a peer with a certificate from another CA
+// is refused); SASL inter-broker listeners are refused up front (no inter-broker credentials
+// are configurable yet).
+func TestInterBrokerMarkerClientTLS(t *testing.T) {
+	e := newSecEnv(t, func(c *configs.Config) { c.SSLClientAuth = "none" })
+	cfg := e.tb.srv.cfg
+	dial := func(cfg configs.Config) error {
+		addr := e.addr("SSL")
+		opts, err := interBrokerOpts(listenerProtocol(cfg, "SSL"), interBrokerTLS(cfg, "SSL", zap.NewNop()))(addr)
+		if err != nil {
+			return err
+		}
+		cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(addr), kgo.RequestRetries(0))...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = cl.SeedBrokers()[0].Request(ctx, kmsg.NewPtrApiVersionsRequest())
+		return err
+	}
+	if err := dial(cfg); err != nil {
+		t.Fatalf("inter-broker TLS client against a peer its truststore trusts: %v", err)
+	}
+	other := newTestPKI(t)
+	_, foreign := other.writeKeystore(t.TempDir(), "elsewhere")
+	untrusting := cfg
+	untrusting.SSLTruststoreLocation = foreign
+	if err := dial(untrusting); err == nil {
+		t.Fatal("inter-broker TLS client accepted a peer certificate from a CA outside its truststore")
+	}
+	if _, err := interBrokerOpts(configs.ProtoSASLSSL, nil)("127.0.0.1:1"); err == nil {
+		t.Fatal("a SASL inter-broker listener was accepted without inter-broker credentials")
+	}
 }
