@@ -195,7 +195,16 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 			interBrokerTLS(cfg, ib, log.Named("tls"))), log.Named("txn"))
 		partitions, groups = b.remote, b.remote.Groups()
 	}
+	var txnInc string
+	var txnPublish func() bool
+	if b.cluster != nil {
+		// Journals per incarnation, epoch-named slot checkpoints, slots only through the agent's
+		// LoadSlot, and Rule P on every answer and marker dispatch (coord/txn README, "Cluster mode").
+		txnInc, txnPublish = b.cluster.incarnation(), b.cluster.member.Publishable
+	}
 	if b.Txn, err = txn.New(txn.Config{
+		Incarnation:    txnInc,
+		Publish:        txnPublish,
 		ClusterDir:     clusterDir,
 		BrokerID:       cfg.BrokerID,
 		Workers:        cfg.TransactionWorkers,

@@ -42,6 +42,7 @@ import (
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/cluster"
 	"github.com/kaas-go/kaas/coord/topology"
+	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
 )
 
@@ -296,6 +297,7 @@ func (cn *clusterNode) collectDeadWALs(b *Broker) {
 				} else if n > 0 {
 					cn.log.Info("removed a dead incarnation's offset logs", zap.String("incarnation", name), zap.Int("logs", n))
 				}
+
 			}
 			removed, err := b.Store.RemoveDeadWAL(filepath.Join(dir, name))
 			switch {
@@ -304,6 +306,42 @@ func (cn *clusterNode) collectDeadWALs(b *Broker) {
 			case removed:
 				cn.log.Info("removed a dead incarnation's WAL", zap.String("dir", name))
 			}
+		}
+		cn.collectDeadJournals()
+	}
+}
+
+// collectDeadJournals deletes the transaction journal generations of dead incarnations whose
+// every record a newer slot checkpoint covers (txn.RemoveDeadJournals). It lists the journals
+// themselves, not the WAL directories, so a journal outlives its incarnation's WAL if it must.
+//
+// The journals are listed BEFORE the live brokers: an incarnation registers before it creates
+// its first journal, so one that shows up in the file listing and is alive is in the broker
+// listing too (the other order could take a just-started broker's empty first generation for a
+// dead one's). An empty broker listing (etcd unreachable) collects nothing.
+func (cn *clusterNode) collectDeadJournals() {
+	clusterDir := filepath.Join(cn.cfg.DataDir, "__cluster")
+	writers, err := txn.JournalWriters(clusterDir)
+	if err != nil {
+		cn.log.Warn("cannot list transaction journals", zap.Error(err))
+		return
+	}
+	live := map[string]bool{}
+	for _, br := range cn.liveIncarnations() {
+		live[br] = true
+	}
+	if len(live) == 0 {
+		return
+	}
+	for _, w := range writers {
+		name := filepath.Base(walDir("", w.Broker, w.Incarnation))
+		if live[name] {
+			continue
+		}
+		if n, err := txn.RemoveDeadJournals(clusterDir, w.Broker, w.Incarnation); err != nil {
+			cn.log.Warn("cannot collect a dead incarnation's transaction journals", zap.String("incarnation", name), zap.Error(err))
+		} else if n > 0 {
+			cn.log.Info("removed a dead incarnation's transaction journals", zap.String("incarnation", name), zap.Int("journals", n))
 		}
 	}
 }

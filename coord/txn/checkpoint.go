@@ -151,7 +151,9 @@ func (w *worker) nextCap() int64 {
 // housekeeping runs after every batch and on every tick: start a checkpoint when one is due,
 // and keep a next generation prepared so rotation never waits for a file to be created.
 func (w *worker) housekeeping(now time.Time) {
-	if w.ckBusy || w.cur == nil {
+	if w.ckBusy || w.cur == nil || w.c.pubFenced.Load() {
+		// Rule P stopped the coordinator: its in-memory state may hold seqs of records it rolled
+		// back (durable but never published), so it checkpoints nothing any more.
 		return
 	}
 	cfg := w.c.cfg
@@ -169,7 +171,7 @@ func (w *worker) housekeeping(now time.Time) {
 		w.sinceCk, w.lastCk = 0, now
 	}
 	if w.next == nil && !now.Before(w.prepRetry) {
-		id := journalID{broker: cfg.BrokerID, worker: w.id, gen: w.c.gen.Add(1)}
+		id := journalID{broker: cfg.BrokerID, inc: cfg.Incarnation, worker: w.id, gen: w.c.gen.Add(1)}
 		job.prepare, job.cap = &id, w.nextCap()
 	}
 	if len(job.snaps) == 0 && len(job.del) == 0 && job.prepare == nil {
@@ -222,6 +224,7 @@ func (w *worker) runJob(job ckJob) ckResult {
 	var res ckResult
 	if len(job.snaps) > 0 {
 		slots := make([]int, 0, len(job.snaps))
+		names := make([]string, 0, len(job.snaps))
 		data := make([][]byte, 0, len(job.snaps))
 		for _, s := range job.snaps {
 			var buf bytes.Buffer
@@ -231,9 +234,10 @@ func (w *worker) runJob(job ckJob) ckResult {
 				continue
 			}
 			slots, data = append(slots, s.slot), append(data, buf.Bytes())
+			names = append(names, c.slotFile(s.slot, s.epoch))
 		}
 		start := time.Now()
-		errs := writeSlotFiles(c.cfg.FS, c.dir, slots, data)
+		errs := writeSlotFiles(c.cfg.FS, c.dir, names, data)
 		slotWriteDuration.UpdateDuration(start)
 		slotWritesTotal.Add(len(slots))
 		for i, err := range errs {
@@ -248,9 +252,15 @@ func (w *worker) runJob(job ckJob) ckResult {
 			checkpointErrorsTotal.Inc()
 		}
 	}
-	if len(res.failed) > 0 {
+	switch {
+	case len(res.failed) > 0:
 		res.keep = job.del
-	} else {
+	case len(job.del) > 0 && !c.publishable():
+		// Rule P for deletion (cluster mode): a successor may be loading one of these slots from
+		// an older checkpoint right now and still need the records. Past the lease deadline the
+		// generations stay; RemoveDeadJournals collects them once a newer checkpoint covers them.
+		res.keep = job.del
+	default:
 		for _, path := range job.del {
 			if err := c.cfg.FS.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				c.log.Warn("cannot delete checkpointed transaction journal; retrying later", zap.String("file", path), zap.Error(err))
@@ -286,7 +296,7 @@ func (w *worker) shutdown(clean bool) {
 		}
 	}
 	w.cur, w.next = nil, nil
-	if !clean {
+	if !clean || w.c.pubFenced.Load() {
 		return
 	}
 	if len(w.retired)+len(paths) == 0 {

@@ -65,21 +65,44 @@ var ErrRecordTooLarge = errors.New("transaction state record would exceed the jo
 // journalRecordsRefused counts ops refused by ErrRecordTooLarge.
 var journalRecordsRefused = metrics.NewCounter("kaas_txn_journal_records_too_large_total")
 
-// journalID names one generation file: the broker that wrote it, the worker, the generation.
-// Generation numbers come from one counter per coordinator, so they increase in time across
-// workers, and a new run starts above every number found on disk.
+// journalID names one generation file: the broker that wrote it, its incarnation (cluster mode
+// only; "" for a single broker), the worker, the generation. Generation numbers come from one
+// counter per coordinator, so they increase in time across workers, and a new run starts above
+// every number found on disk (single mode; in cluster mode every run is a new incarnation and
+// starts its own names at 1).
 type journalID struct {
 	broker int32
+	inc    string
 	worker int
 	gen    uint64
 }
 
-// journalName is journal-b<broker>-w<worker>-<gen, 20 digits>.log.
+// journalName is journal-b<broker>-w<worker>-<gen, 20 digits>.log (single broker) or
+// journal-b<broker>-i<inc>-w<worker>-<gen>.log (cluster mode). The incarnation in the name is what
+// gives every file exactly one writer on a shared volume: a restarted broker (same id, new
+// incarnation) and a zombie of its previous run (past its lease, still writing) never share a file.
 func journalName(id journalID) string {
+	if id.inc != "" {
+		return fmt.Sprintf("journal-b%d-i%s-w%d-%020d.log", id.broker, id.inc, id.worker, id.gen)
+	}
 	return fmt.Sprintf("journal-b%d-w%d-%020d.log", id.broker, id.worker, id.gen)
 }
 
-// parseJournalName is the inverse of journalName (false for any other file name).
+// validIncarnation: an incarnation names files, so it is non-empty and made of [0-9A-Za-z] only
+// (no separator of the journal name can appear in it).
+func validIncarnation(inc string) bool {
+	if inc == "" || len(inc) > 64 {
+		return false
+	}
+	for _, r := range inc {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseJournalName is the inverse of journalName, for both forms (false for any other file name).
 func parseJournalName(name string) (journalID, bool) {
 	rest, ok := strings.CutPrefix(name, "journal-b")
 	if !ok {
@@ -89,6 +112,14 @@ func parseJournalName(name string) (journalID, bool) {
 		return journalID{}, false
 	}
 	parts := strings.Split(rest, "-")
+	var inc string
+	if len(parts) == 4 && strings.HasPrefix(parts[1], "i") {
+		inc = parts[1][1:]
+		if !validIncarnation(inc) {
+			return journalID{}, false
+		}
+		parts = []string{parts[0], parts[2], parts[3]}
+	}
 	if len(parts) != 3 || !strings.HasPrefix(parts[1], "w") || len(parts[2]) != 20 {
 		return journalID{}, false
 	}
@@ -98,11 +129,16 @@ func parseJournalName(name string) (journalID, bool) {
 	if err1 != nil || err2 != nil || err3 != nil || b < 0 {
 		return journalID{}, false
 	}
-	id := journalID{broker: int32(b), worker: int(w), gen: g}
+	id := journalID{broker: int32(b), inc: inc, worker: int(w), gen: g}
 	if journalName(id) != name {
 		return journalID{}, false // non-canonical spelling (signs, leading zeros)
 	}
 	return id, true
+}
+
+// sameFile reports whether a header (which carries no incarnation) matches the file's name.
+func (id journalID) sameFile(hdr journalID) bool {
+	return id.broker == hdr.broker && id.worker == hdr.worker && id.gen == hdr.gen
 }
 
 // appendJournalHeader: magic "KTXJ" | version u8 | 3 zero bytes | broker i32 | worker u32 |

@@ -20,6 +20,7 @@ type replayResult struct {
 	keep    map[string]bool // generations that must stay (records of slots we do not own)
 	maxGen  uint64
 	records int
+	ignored int // records of a loaded slot that the filter left out (cluster mode: other epochs)
 }
 
 // replayJournals applies the journal generations found in the state dir on top of the loaded
@@ -45,7 +46,10 @@ type replayResult struct {
 // generations: nothing is truncated or removed, a torn tail is only logged (it may be a batch
 // being written right now), and a generation that disappears between listing and reading was
 // deleted by a checkpoint that covered it.
-func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool) (replayResult, error) {
+//
+// only, when set, picks the records of a loaded slot that take part (cluster mode: those of the
+// epoch of the checkpoint the load started from); the others are ignored and counted.
+func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool, only func(*journalRec) bool) (replayResult, error) {
 	rep := replayResult{keep: map[string]bool{}}
 	ents, err := os.ReadDir(c.dir)
 	if err != nil {
@@ -53,13 +57,15 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool
 	}
 	type chainKey struct {
 		broker int32
+		inc    string
 		worker int
 	}
+	mine := func(id journalID) bool { return id.broker == c.cfg.BrokerID && id.inc == c.cfg.Incarnation }
 	chains := map[chainKey][]journalID{}
 	for _, de := range ents {
 		name := de.Name()
 		if base, ok := strings.CutSuffix(name, ".tmp"); ok {
-			if id, ok := parseJournalName(base); ok && id.broker == c.cfg.BrokerID && !readOnly {
+			if id, ok := parseJournalName(base); ok && mine(id) && !readOnly {
 				// An interrupted generation creation: never renamed into place, never written to.
 				if err := c.cfg.FS.Remove(filepath.Join(c.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					c.log.Warn("cannot remove leftover journal file", zap.String("file", name), zap.Error(err))
@@ -68,9 +74,9 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool
 			continue
 		}
 		if id, ok := parseJournalName(name); ok {
-			k := chainKey{id.broker, id.worker}
+			k := chainKey{id.broker, id.inc, id.worker}
 			chains[k] = append(chains[k], id)
-			if id.broker == c.cfg.BrokerID {
+			if mine(id) {
 				rep.maxGen = max(rep.maxGen, id.gen)
 			}
 		}
@@ -101,7 +107,7 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool
 				return rep, fmt.Errorf("cannot read transaction journal %s: %w", path, err)
 			}
 			hid, err := parseJournalHeader(data)
-			if err == nil && hid != id {
+			if err == nil && !id.sameFile(hid) {
 				err = fmt.Errorf("its header names %s", journalName(hid))
 			}
 			var sc genScan
@@ -118,7 +124,7 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool
 		}
 		for i := range files {
 			f := &files[i]
-			own := f.id.broker == c.cfg.BrokerID && !readOnly
+			own := mine(f.id) && !readOnly
 			switch {
 			case f.sc.acked:
 				return rep, fmt.Errorf("cannot load transaction journal %s: damaged record at byte %d is followed by acknowledged records (byte %d); refusing to start rather than lose acknowledged transaction state",
@@ -140,13 +146,17 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool
 			}
 			if own {
 				rep.files = append(rep.files, f.path)
-			} else if f.sc.hasData && f.id.broker != c.cfg.BrokerID {
+			} else if f.sc.hasData && !mine(f.id) && !readOnly {
 				c.log.Warn("replaying another broker's transaction journal for the slots this broker owns; it is not deleted",
 					zap.String("file", f.path))
 			}
 			for j := range f.sc.recs {
 				r := &f.sc.recs[j]
 				if states[r.slot] != nil {
+					if only != nil && !only(r) {
+						rep.ignored++
+						continue
+					}
 					perSlot[r.slot] = append(perSlot[r.slot], recRef{r, f.path})
 					continue
 				}

@@ -114,8 +114,9 @@ type GroupCompleter interface {
 // that a dispatch is in flight.
 type saga struct {
 	act Action
-	// fenced, if set, runs once the fence is applied (InitProducerId answers then).
-	fenced func()
+	// fenced, if set, runs once the fence is applied (InitProducerId answers then), or with
+	// ErrPublishFenced if Rule P refused the dispatch.
+	fenced func(error)
 	// done, if set, gets NONE once Complete* is durable, or COORDINATOR_NOT_AVAILABLE if the
 	// dispatch failed (the entry stays prepared and is re-driven).
 	done   func(code int16)
@@ -124,10 +125,10 @@ type saga struct {
 
 // startSaga queues a's follow-up work in w's outbox; dispatchOutbox sends it at the end of
 // the batch. Must run on w's goroutine (every op callback does).
-func (w *worker) startSaga(a Action, fenced func(), done func(int16)) {
+func (w *worker) startSaga(a Action, fenced func(error), done func(int16)) {
 	if a.IsZero() {
 		if fenced != nil {
-			fenced()
+			fenced(nil)
 		}
 		if done != nil {
 			done(codec.CodeNone)
@@ -146,6 +147,10 @@ func (w *worker) dispatchOutbox() {
 	sagas := w.outbox
 	w.outbox = nil
 	c := w.c
+	if !c.publishable() {
+		c.refuseSagas(sagas)
+		return
+	}
 	var fences []FenceRequest
 	for _, s := range sagas {
 		if s.act.Markers != nil {
@@ -180,9 +185,13 @@ func (c *Coordinator) writeMarkers(sagas []*saga) {
 		sortedOwner []*saga
 		none        []*saga // offsets-only or empty transactions: no marker, still completed
 	)
+	if !c.publishable() {
+		c.refuseSagas(sagas)
+		return
+	}
 	for _, s := range sagas {
 		if s.fenced != nil {
-			s.fenced()
+			s.fenced(nil)
 		}
 		m := s.act.Markers
 		switch {
@@ -320,6 +329,18 @@ func (c *Coordinator) completeSaga(s *saga) {
 func (c *Coordinator) sagaFail(s *saga) {
 	mSagaFailures.Inc()
 	c.markersFailed(s.act.Markers, func(error) { c.sagaEnd(s, codec.CodeCoordinatorNotAvailable) })
+}
+
+// refuseSagas is Rule P for marker dispatch (cluster.md §3: "Rule P covers every answer and
+// every marker dispatch"): past the lease deadline nothing is sent, and the waiters answer
+// NOT_COORDINATOR. The entries stay Prepare* on disk; the slot's successor re-drives them.
+func (c *Coordinator) refuseSagas(sagas []*saga) {
+	for _, s := range sagas {
+		if s.fenced != nil {
+			s.fenced(ErrPublishFenced)
+		}
+		c.sagaEnd(s, codec.CodeNotCoordinator)
+	}
 }
 
 // sagaEnd answers the waiter.

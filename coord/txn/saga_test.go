@@ -284,7 +284,7 @@ func writeSlotFile(dir string, slot int, ls loadedSlot) error {
 	if err := encodeSlot(&buf, ls.coordinatorEpoch, ls.seq, ls.entries); err != nil {
 		return err
 	}
-	return writeSlotFiles(OSFileSystem{}, filepath.Join(dir, StateDir), []int{slot}, [][]byte{buf.Bytes()})[0]
+	return writeSlotFiles(OSFileSystem{}, filepath.Join(dir, StateDir), []string{SlotFileName(slot)}, [][]byte{buf.Bytes()})[0]
 }
 
 // TestReleaseReloadUnderTraffic: producers of one slot run transactions back to back (retrying

@@ -16,6 +16,9 @@ package txn
 //	       entries dropped from memory            the release and the sagas in flight finish
 //	                                              (their internal ops are still served)
 //
+// In cluster mode the "loading" step is readSlotStateCluster instead: the highest-epoch
+// checkpoint, only its epoch's records, and slot-N-e<epoch>.json written before serving.
+//
 // Every status change happens on the slot's worker goroutine, so it is ordered with the slot's
 // operations: an op queued before ReleaseSlot is answered normally, one queued after it answers
 // NOT_COORDINATOR. The status is also published in Coordinator.status for cheap reads (Owns).
@@ -28,6 +31,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
@@ -52,7 +58,8 @@ func checkSlot(slot int) error {
 	return nil
 }
 
-// LoadSlot loads slot (its file and every journal record of it, from any broker), makes its
+// LoadSlot loads slot (its file and every journal record of it, from any broker; in cluster mode
+// readSlotStateCluster's rules, and the coordinator epoch is exactly epoch), makes its
 // coordinator epoch max(epoch, the persisted one) — epoch is the leader epoch of
 // __transaction_state partition slot — checkpoints it, starts serving it and re-drives every
 // prepared transaction in it. Meanwhile its operations answer COORDINATOR_LOAD_IN_PROGRESS. done
@@ -76,7 +83,13 @@ func (c *Coordinator) LoadSlot(slot int, epoch int32, done func(error)) {
 		// Reading the journals can take a while: off the worker, which keeps serving the other
 		// slots. One goroutine per load, not per operation.
 		go func() {
-			ss, err := c.readSlotState(slot, epoch)
+			var ss *slotState
+			var err error
+			if c.clusterMode() {
+				ss, err = c.readSlotStateCluster(slot, epoch)
+			} else {
+				ss, err = c.readSlotState(slot, epoch)
+			}
 			c.enqueue(&op{slot: slot, internal: true, done: func(_ any, cerr error) { done(errors.Join(err, cerr)) },
 				ctl: func(w *worker) { w.installSlot(slot, ss, err, done) }})
 		}()
@@ -94,7 +107,7 @@ func (c *Coordinator) readSlotState(slot int, epoch int32) (*slotState, error) {
 	var states [NumSlots]*slotState
 	ss := &slotState{epoch: ls.coordinatorEpoch, seq: ls.seq, entries: ls.entries}
 	states[slot] = ss
-	rep, err := c.replayJournals(&states, true)
+	rep, err := c.replayJournals(&states, true, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +116,7 @@ func (c *Coordinator) readSlotState(slot int, epoch int32) (*slotState, error) {
 	if err := encodeSlot(&buf, ss.epoch, ss.seq, ss.entries); err != nil {
 		return nil, fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
 	}
-	if err := writeSlotFiles(c.cfg.FS, c.dir, []int{slot}, [][]byte{buf.Bytes()})[0]; err != nil {
+	if err := writeSlotFiles(c.cfg.FS, c.dir, []string{SlotFileName(slot)}, [][]byte{buf.Bytes()})[0]; err != nil {
 		return nil, err
 	}
 	c.log.Info("transaction slot loaded", zap.Int("slot", slot), zap.Int32("coordinatorEpoch", ss.epoch),
@@ -111,9 +124,114 @@ func (c *Coordinator) readSlotState(slot int, epoch int32) (*slotState, error) {
 	return ss, nil
 }
 
+// loadAttempts bounds the re-reads of a cluster load that found a generation torn in the middle
+// of its chain: a live writer (of another slot) may have been between its write and its next
+// generation while we listed and read; a second read sees the batch whole.
+const loadAttempts = 3
+
+// readSlotStateCluster is the cluster-mode load of one slot at coordinator epoch epoch
+// (cluster.md §3; Rule S was checked by the assignment agent before it called LoadSlot):
+//
+//  1. a fresh listing; the slot's highest-epoch checkpoint E′ (slot-N-e<E′>.json, or a legacy
+//     slot-N.json at its stored coordinatorEpoch) and its seq; E′ > epoch is a stale
+//     assignment (ErrSlotFenced);
+//  2. the slot's records from every journal generation of every broker and incarnation whose
+//     epoch is E′ and seq is above the checkpoint's, in seq order, with no gap. Records of other
+//     epochs are ignored: older ones are in the checkpoint already, and a zombie's records
+//     written after the slot moved carry an epoch whose holder's checkpoint no newer load starts
+//     from (the successor's own checkpoint is newer), so they are never applied;
+//  3. slot-N-e<epoch>.json is written durably before the slot serves, so every later record of
+//     this holder (epoch, seq above it) continues a chain the next load can follow;
+//  4. the superseded checkpoints of the slot are deleted (Rule P: only while publishable).
+//
+// The caller re-drives the Prepare* entries (installSlot).
+func (c *Coordinator) readSlotStateCluster(slot int, epoch int32) (*slotState, error) {
+	var err error
+	for attempt := 0; attempt < loadAttempts; attempt++ {
+		var ss *slotState
+		var retry bool
+		ss, retry, err = c.loadSlotCluster(slot, epoch)
+		if err == nil || !retry {
+			return ss, err
+		}
+		c.log.Warn("re-reading the transaction journals for a slot load", zap.Int("slot", slot), zap.Error(err))
+	}
+	return nil, err
+}
+
+func (c *Coordinator) loadSlotCluster(slot int, epoch int32) (_ *slotState, retry bool, _ error) {
+	ents, err := os.ReadDir(c.dir)
+	if err != nil {
+		return nil, false, fmt.Errorf("cannot list transaction state dir %s: %w", c.dir, err)
+	}
+	refs, err := scanCheckpoints(c.dir, ents)
+	if err != nil {
+		return nil, false, err
+	}
+	ref := refs[slot]
+	ls := loadedSlot{entries: map[string]*Entry{}}
+	if ref.name != "" {
+		path := filepath.Join(c.dir, ref.name)
+		if ls, err = readSlotPath(path, slot); err != nil {
+			return nil, false, err
+		}
+		if ls.coordinatorEpoch != ref.epoch {
+			return nil, false, fmt.Errorf("cannot load transaction slot file %s: it holds coordinator epoch %d", path, ls.coordinatorEpoch)
+		}
+	}
+	from := ref.epoch
+	if from > epoch {
+		return nil, false, fmt.Errorf("cannot load transaction slot %d at epoch %d: %s is newer: %w", slot, epoch, ref.name, ErrSlotFenced)
+	}
+	var states [NumSlots]*slotState
+	ss := &slotState{epoch: from, seq: ls.seq, entries: ls.entries}
+	states[slot] = ss
+	rep, err := c.replayJournals(&states, true, func(r *journalRec) bool { return r.epoch == from })
+	if err != nil {
+		return nil, true, err
+	}
+	ignoredRecordsTotal.Add(rep.ignored)
+	ss.epoch = epoch
+	var buf bytes.Buffer
+	if err := encodeSlot(&buf, ss.epoch, ss.seq, ss.entries); err != nil {
+		return nil, false, fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
+	}
+	name := SlotCheckpointName(slot, epoch)
+	if err := writeSlotFiles(c.cfg.FS, c.dir, []string{name}, [][]byte{buf.Bytes()})[0]; err != nil {
+		return nil, false, err
+	}
+	if c.publishable() {
+		// The checkpoint just written carries everything the older ones did; no load reads them
+		// any more (and RemoveDeadJournals counts coverage from the newest one).
+		removed := false
+		for _, old := range append(ref.older, ref.name) {
+			if old == "" || old == name {
+				continue
+			}
+			if err := c.cfg.FS.Remove(filepath.Join(c.dir, old)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				c.log.Warn("cannot delete superseded transaction slot checkpoint", zap.String("file", old), zap.Error(err))
+				continue
+			}
+			removed = true
+		}
+		if removed {
+			if err := c.cfg.FS.SyncDir(c.dir); err != nil {
+				c.log.Warn("cannot sync transaction state dir after deleting superseded checkpoints", zap.Error(err))
+			}
+		}
+	}
+	c.log.Info("transaction slot loaded", zap.Int("slot", slot), zap.Int32("coordinatorEpoch", epoch),
+		zap.Int32("fromCheckpointEpoch", from), zap.Uint64("seq", ss.seq), zap.Int("entries", len(ss.entries)),
+		zap.Int("journalRecordsReplayed", rep.records), zap.Int("otherEpochRecordsIgnored", rep.ignored))
+	return ss, false, nil
+}
+
 // installSlot finishes a load on the slot's worker.
 func (w *worker) installSlot(slot int, ss *slotState, err error, done func(error)) {
 	c := w.c
+	if err == nil && !c.publishable() {
+		err = ErrPublishFenced
+	}
 	if err != nil {
 		c.status[slot].Store(int32(slotUnloaded))
 		c.log.Error("cannot load transaction slot", zap.Int("slot", slot), zap.Error(err))
@@ -163,6 +281,17 @@ func (c *Coordinator) ReleaseSlot(slot int, done func(error)) {
 func (w *worker) finishRelease(slot int) {
 	c := w.c
 	ss := w.slots[slot]
+	if c.pubFenced.Load() {
+		// Rule P stopped the coordinator: no checkpoint (see housekeeping), and the sagas in
+		// flight are not waited for; the successor replays this holder's journal as after a crash.
+		delete(w.releasing, slot)
+		w.dropSlot(slot, ss)
+		for _, d := range ss.releaseDone {
+			d(ErrPublishFenced)
+		}
+		ss.releaseDone = nil
+		return
+	}
 	for _, e := range ss.entries {
 		if e.pending {
 			return
@@ -185,6 +314,16 @@ func (w *worker) finishRelease(slot int) {
 		}
 		return
 	}
+	w.dropSlot(slot, ss)
+	c.log.Info("transaction slot released", zap.Int("slot", slot), zap.Int("entries", len(ss.entries)),
+		zap.Uint64("seq", ss.seq))
+	for _, d := range waiters {
+		d(nil)
+	}
+}
+
+// dropSlot takes a released slot out of the worker's memory.
+func (w *worker) dropSlot(slot int, ss *slotState) {
 	w.unck[slot] = false
 	var open int64
 	for _, e := range ss.entries {
@@ -195,10 +334,5 @@ func (w *worker) finishRelease(slot int) {
 	w.open -= open
 	openTxns.Add(-open)
 	delete(w.slots, slot)
-	c.status[slot].Store(int32(slotUnloaded))
-	c.log.Info("transaction slot released", zap.Int("slot", slot), zap.Int("entries", len(ss.entries)),
-		zap.Uint64("seq", ss.seq))
-	for _, d := range waiters {
-		d(nil)
-	}
+	w.c.status[slot].Store(int32(slotUnloaded))
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/storage"
@@ -33,6 +34,77 @@ func SlotFor(tid string) int { return topology.TxnSlot(tid) }
 
 // SlotFileName is slot-N.json.
 func SlotFileName(slot int) string { return "slot-" + strconv.Itoa(slot) + ".json" }
+
+// SlotCheckpointName is slot-N-e<E>.json: in cluster mode the checkpoint of slot N written by its
+// holder at coordinator epoch E (the assignment epoch of __transaction_state partition N). Each
+// epoch has its own file, so two holders of a slot (a successor and a zombie past its lease) never
+// write the same name, and a load takes the highest epoch (cluster.md §2.3, §3).
+func SlotCheckpointName(slot int, epoch int32) string {
+	return "slot-" + strconv.Itoa(slot) + "-e" + strconv.FormatInt(int64(epoch), 10) + ".json"
+}
+
+// parseSlotFileName recognises slot-N.json (legacy: epoch read from the document) and
+// slot-N-e<E>.json.
+func parseSlotFileName(name string) (slot int, epoch int32, legacy, ok bool) {
+	rest, ok := strings.CutPrefix(name, "slot-")
+	if !ok {
+		return 0, 0, false, false
+	}
+	if rest, ok = strings.CutSuffix(rest, ".json"); !ok {
+		return 0, 0, false, false
+	}
+	num, ep, named := strings.Cut(rest, "-e")
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n >= NumSlots {
+		return 0, 0, false, false
+	}
+	if !named {
+		return n, 0, true, SlotFileName(n) == name
+	}
+	e, err := strconv.ParseInt(ep, 10, 32)
+	if err != nil || e < 0 || SlotCheckpointName(n, int32(e)) != name {
+		return 0, 0, false, false
+	}
+	return n, int32(e), false, true
+}
+
+// ckRef is the newest checkpoint of one slot found in a listing, and the older ones it supersedes.
+type ckRef struct {
+	name  string // "" if the slot has none
+	epoch int32
+	older []string
+}
+
+// scanCheckpoints finds each slot's highest-epoch checkpoint among ents (a listing of dir). A legacy
+// slot-N.json counts at its stored coordinatorEpoch (it is read for that); at equal epochs the
+// epoch-named file wins, since only a cluster holder writes it.
+func scanCheckpoints(dir string, ents []os.DirEntry) ([NumSlots]ckRef, error) {
+	var refs [NumSlots]ckRef
+	for _, de := range ents {
+		slot, epoch, legacy, ok := parseSlotFileName(de.Name())
+		if !ok {
+			continue
+		}
+		if legacy {
+			ls, err := readSlot(dir, slot)
+			if err != nil {
+				return refs, err
+			}
+			epoch = ls.coordinatorEpoch
+		}
+		r := &refs[slot]
+		better := r.name == "" || epoch > r.epoch || (epoch == r.epoch && !legacy)
+		if !better {
+			r.older = append(r.older, de.Name())
+			continue
+		}
+		if r.name != "" {
+			r.older = append(r.older, r.name)
+		}
+		r.name, r.epoch = de.Name(), epoch
+	}
+	return refs, nil
+}
 
 // slotDoc is the persisted form of one slot. See README.md for the field-by-field layout.
 type slotDoc struct {
@@ -126,7 +198,11 @@ type loadedSlot struct {
 // coordinator must not start on state it cannot read, and must never silently drop entries.
 // Leftover *.tmp files of interrupted writes are never read.
 func readSlot(dir string, slot int) (loadedSlot, error) {
-	path := filepath.Join(dir, SlotFileName(slot))
+	return readSlotPath(filepath.Join(dir, SlotFileName(slot)), slot)
+}
+
+// readSlotPath is readSlot for any checkpoint file of slot.
+func readSlotPath(path string, slot int) (loadedSlot, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return loadedSlot{entries: map[string]*Entry{}}, nil
@@ -182,35 +258,36 @@ func checkEntry(slot int, tid string, e *Entry) error {
 	return nil
 }
 
-// writeSlotFiles durably replaces the given slot files: every tmp file is written and fsynced
-// (concurrently: they are distinct files with one writer each), then renamed, then the directory
-// is fsynced once for all of them. errs[i] reports slot i's outcome; a directory fsync failure
-// fails every slot renamed in this call.
-func writeSlotFiles(fsys FileSystem, dir string, slots []int, data [][]byte) []error {
-	errs := make([]error, len(slots))
-	tmp := func(i int) string { return filepath.Join(dir, SlotFileName(slots[i])+".tmp") }
-	if len(slots) == 1 {
+// writeSlotFiles durably replaces the given slot files (names: SlotFileName, or SlotCheckpointName
+// in cluster mode): every tmp file is written and fsynced (concurrently: they are distinct files
+// with one writer each), then renamed, then the directory is fsynced once for all of them.
+// errs[i] reports file i's outcome; a directory fsync failure fails every file renamed in this
+// call.
+func writeSlotFiles(fsys FileSystem, dir string, names []string, data [][]byte) []error {
+	errs := make([]error, len(names))
+	tmp := func(i int) string { return filepath.Join(dir, names[i]+".tmp") }
+	if len(names) == 1 {
 		errs[0] = fsys.WriteTemp(tmp(0), data[0])
 	} else {
-		done := make(chan struct{}, len(slots))
-		for i := range slots {
+		done := make(chan struct{}, len(names))
+		for i := range names {
 			go func(i int) {
 				errs[i] = fsys.WriteTemp(tmp(i), data[i])
 				done <- struct{}{}
 			}(i)
 		}
-		for range slots {
+		for range names {
 			<-done
 		}
 	}
 	renamed := 0
-	for i := range slots {
+	for i := range names {
 		if errs[i] == nil {
-			errs[i] = fsys.Rename(tmp(i), filepath.Join(dir, SlotFileName(slots[i])))
+			errs[i] = fsys.Rename(tmp(i), filepath.Join(dir, names[i]))
 		}
 		if errs[i] != nil {
 			_ = os.Remove(tmp(i))
-			errs[i] = fmt.Errorf("cannot write transaction slot file %s: %w", filepath.Join(dir, SlotFileName(slots[i])), errs[i])
+			errs[i] = fmt.Errorf("cannot write transaction slot file %s: %w", filepath.Join(dir, names[i]), errs[i])
 			continue
 		}
 		renamed++

@@ -39,6 +39,9 @@ var (
 	journalRotationsTotal   = metrics.NewCounter("kaas_txn_journal_rotations_total")
 	journalTruncationsTotal = metrics.NewCounter("kaas_txn_journal_torn_tail_truncations_total")
 	expiredIDsTotal         = metrics.NewCounter("kaas_txn_expired_transactional_ids_total")
+	unpublishedTotal        = metrics.NewCounter("kaas_txn_unpublished_total")           // Rule P stopped the coordinator
+	ignoredRecordsTotal     = metrics.NewCounter("kaas_txn_load_ignored_records_total")  // other-epoch records a cluster load left out
+	deadJournalsDeleted     = metrics.NewCounter("kaas_txn_dead_journals_deleted_total") // RemoveDeadJournals
 	_                       = metrics.NewGauge("kaas_txn_open_transactions", func() float64 { return float64(openTxns.Load()) })
 	_                       = metrics.NewGauge("kaas_txn_oldest_open_age_seconds", func() float64 {
 		start := oldestOpenStartMs.Load()
@@ -58,6 +61,14 @@ var (
 	// ErrLoadInProgress: the transactional.id's slot is being loaded (answer
 	// COORDINATOR_LOAD_IN_PROGRESS, 14; the client retries the same broker).
 	ErrLoadInProgress = errors.New("transaction coordinator is loading this transactional.id's slot")
+	// ErrPublishFenced: the change is durable in the journal but this broker may no longer
+	// publish anything (Rule P, cluster.md §2.2: its liveness lease deadline passed, so a
+	// successor may already hold the slot). Nothing is answered from it; the coordinator stops
+	// serving (answer NOT_COORDINATOR, 16; the client looks the coordinator up again).
+	ErrPublishFenced = fmt.Errorf("transaction coordinator may no longer publish (lease deadline passed): %w", ErrNotCoordinator)
+	// ErrSlotFenced: LoadSlot found a checkpoint of the slot at a newer epoch than the one it was
+	// given (the caller's assignment is stale).
+	ErrSlotFenced = errors.New("transaction slot has a checkpoint of a newer coordinator epoch")
 	// ErrBusy: the worker's queue is at MaxWorkerQueue (answer COORDINATOR_NOT_AVAILABLE, 15:
 	// Apache's coordinator answers that when it cannot append to its log in time; the client
 	// retries with backoff).
@@ -97,6 +108,18 @@ type Config struct {
 	// BrokerID names this broker's journal files (journal-b<id>-w<worker>-<gen>.log), so a
 	// future owner of a slot can tell whose journal it replays (README.md, "Ownership").
 	BrokerID int32
+	// Incarnation, set in cluster mode only, is this run of the broker (the etcd lease id): it
+	// goes into the journal names (journal-b<id>-i<inc>-w<w>-<gen>.log), so a restarted broker
+	// and a zombie of its previous run never write the same file, and it switches the slot
+	// files to epoch-named checkpoints (slot-N-e<E>.json) with the epoch-filtered replay of
+	// LoadSlot (README.md, "Cluster mode"). Start then loads no slot: LoadSlot does. Letters and
+	// digits only.
+	Incarnation string
+	// Publish is Rule P (cluster mode; nil = always true): asked after every batch is durable and
+	// before any of its answers, sagas or marker dispatches leave, and before a writer deletes its
+	// own checkpointed generations. Once it returns false the coordinator stops serving: every
+	// operation answers NOT_COORDINATOR (ErrPublishFenced) and nothing more is written.
+	Publish func() bool
 	// CheckpointBytes / CheckpointInterval: a worker checkpoints its changed slots into their
 	// slot files once its journal grew by this many bytes, or this long after the last
 	// checkpoint, whichever comes first (defaults 4 MiB, 5 s).
@@ -158,6 +181,8 @@ type Coordinator struct {
 	// crashed makes Close skip the final checkpoint and leave the journal as a crash would
 	// (tests only).
 	crashed atomic.Bool
+	// pubFenced latches the first false answer of Config.Publish.
+	pubFenced atomic.Bool
 	// status is each slot's load state (slotStatus), written only by the slot's worker (and by
 	// Start before the workers run).
 	status [NumSlots]atomic.Int32
@@ -260,6 +285,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.IDExpiration <= 0 {
 		cfg.IDExpiration = 7 * 24 * time.Hour
 	}
+	if cfg.Incarnation != "" && !validIncarnation(cfg.Incarnation) {
+		return nil, fmt.Errorf("cannot create transaction coordinator: incarnation %q is not letters and digits", cfg.Incarnation)
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
 	}
@@ -306,6 +334,36 @@ func (c *Coordinator) Owns(tid string) bool {
 
 func (c *Coordinator) workerFor(slot int) *worker { return c.workers[slot%len(c.workers)] }
 
+// clusterMode: epoch-named checkpoints, journals per incarnation, slots only through LoadSlot.
+func (c *Coordinator) clusterMode() bool { return c.cfg.Incarnation != "" }
+
+// slotFile is the checkpoint file a holder of slot at epoch writes.
+func (c *Coordinator) slotFile(slot int, epoch int32) string {
+	if c.clusterMode() {
+		return SlotCheckpointName(slot, epoch)
+	}
+	return SlotFileName(slot)
+}
+
+// publishable is Rule P: true while Config.Publish (if any) says this broker may publish; the
+// first false is latched (the lease deadline does not come back; the broker fail-stops).
+func (c *Coordinator) publishable() bool {
+	if c.cfg.Publish == nil {
+		return true
+	}
+	if c.pubFenced.Load() {
+		return false
+	}
+	if c.cfg.Publish() {
+		return true
+	}
+	if !c.pubFenced.Swap(true) {
+		unpublishedTotal.Inc()
+		c.log.Error("transaction coordinator stops serving: the lease deadline passed (Rule P); nothing more is answered or written")
+	}
+	return false
+}
+
 // Start loads every owned slot file, replays the journal on top of it (journal.go; README.md
 // "Recovery"), bumps and persists each slot's coordinator epoch (markers of this incarnation then
 // outrank the previous one's) in a checkpoint that also retires the replayed journal, starts the
@@ -324,7 +382,9 @@ func (c *Coordinator) Start() error {
 		openCount = make([]int64, len(c.workers))
 	)
 	for slot := 0; slot < NumSlots; slot++ {
-		if !c.cfg.OwnsSlot(slot) {
+		if c.clusterMode() || !c.cfg.OwnsSlot(slot) {
+			// Cluster mode: nothing is owned before the assignment agent loads it (LoadSlot),
+			// and another incarnation's files are only ever read by a load.
 			continue
 		}
 		ls, err := readSlot(c.dir, slot)
@@ -334,12 +394,15 @@ func (c *Coordinator) Start() error {
 		states[slot] = &slotState{epoch: ls.coordinatorEpoch, seq: ls.seq, entries: ls.entries}
 		exists[slot] = ls.exists
 	}
-	rep, err := c.replayJournals(&states, false)
-	if err != nil {
-		return err
+	var rep replayResult
+	if !c.clusterMode() {
+		var err error
+		if rep, err = c.replayJournals(&states, false, nil); err != nil {
+			return err
+		}
 	}
 	var (
-		toWrite []int
+		toWrite []string
 		data    [][]byte
 	)
 	for slot, ss := range states {
@@ -355,7 +418,7 @@ func (c *Coordinator) Start() error {
 			if err := encodeSlot(&buf, ss.epoch, ss.seq, ss.entries); err != nil {
 				return fmt.Errorf("cannot encode transaction slot %d: %w", slot, err)
 			}
-			toWrite, data = append(toWrite, slot), append(data, buf.Bytes())
+			toWrite, data = append(toWrite, SlotFileName(slot)), append(data, buf.Bytes())
 		}
 		c.workerFor(slot).slots[slot] = ss
 		c.status[slot].Store(int32(slotLoaded))
@@ -441,7 +504,7 @@ func (c *Coordinator) openJournals() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.cur, errs[i] = createJournal(c.cfg.FS, c.dir, journalID{broker: c.cfg.BrokerID, worker: w.id, gen: c.gen.Add(1)}, journalMinBytes)
+			w.cur, errs[i] = createJournal(c.cfg.FS, c.dir, journalID{broker: c.cfg.BrokerID, inc: c.cfg.Incarnation, worker: w.id, gen: c.gen.Add(1)}, journalMinBytes)
 		}()
 	}
 	wg.Wait()
@@ -557,7 +620,13 @@ func (c *Coordinator) InitProducerID(p InitProducerIDParams, done func(InitProdu
 			done(res, err)
 			return
 		}
-		c.workerFor(slot).startSaga(act, func() { done(res, nil) }, nil)
+		c.workerFor(slot).startSaga(act, func(err error) {
+			if err != nil {
+				done(InitProducerIDResult{}, err)
+				return
+			}
+			done(res, nil)
+		}, nil)
 	})
 }
 
@@ -604,7 +673,13 @@ func (c *Coordinator) EndTxn(p EndTxnParams, done func(EndTxnResult, error)) {
 			c.workerFor(slot).startSaga(act, nil, nil)
 			done(res, nil)
 		case act.Markers == nil:
-			c.workerFor(slot).startSaga(act, func() { done(res, nil) }, nil)
+			c.workerFor(slot).startSaga(act, func(err error) {
+				if err != nil {
+					done(EndTxnResult{ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch}, err)
+					return
+				}
+				done(res, nil)
+			}, nil)
 		default:
 			c.workerFor(slot).startSaga(act, nil, func(code int16) {
 				if code != codec.CodeNone {
@@ -788,7 +863,9 @@ func (w *worker) run() {
 				w.queue = nil
 				w.mu.Unlock()
 				if len(batch) == 0 {
-					w.shutdown(!w.c.crashed.Load())
+					// Past the lease deadline (a fail-stop, or a crash in tests) nothing more is
+					// written (Rule P): the journal stays as it is, like after kill -9.
+					w.shutdown(!w.c.crashed.Load() && w.c.publishable())
 					return
 				}
 				w.processAll(batch)
@@ -856,6 +933,15 @@ func (w *worker) process(batch []*op) {
 	w.acts = w.acts[:0]
 	sweepActs := make([]int, len(batch)) // index into w.acts end for sweep ops; 0 otherwise
 
+	if c.pubFenced.Load() {
+		// Rule P stopped this coordinator: nothing is applied, written or answered but 16.
+		for _, o := range batch {
+			if o.done != nil {
+				o.done(nil, ErrPublishFenced)
+			}
+		}
+		return
+	}
 	for i, o := range batch {
 		switch {
 		case o.afterFlush:
@@ -921,6 +1007,8 @@ func (w *worker) process(batch []*op) {
 			continue
 		}
 		switch {
+		case w.batchErr == ErrPublishFenced:
+			o.done(nil, ErrPublishFenced)
 		case o.sweep:
 			o.done(sweepActs[i], nil)
 		case o.list != nil:
@@ -1019,6 +1107,12 @@ func (w *worker) flush() {
 	}
 	clear(recs)
 	w.recs = recs[:0]
+	// Rule P: every answer of the batch (and the sagas it starts) is published only if the
+	// lease deadline still holds now that its records are durable. A batch that wrote nothing
+	// (a Describe, a Verify, a List) is checked too: a successor may have changed that state.
+	if w.batchErr == nil && !w.c.publishable() {
+		w.batchErr = ErrPublishFenced
+	}
 
 	rolledBack := false
 	for i := len(w.undo) - 1; i >= 0; i-- {
