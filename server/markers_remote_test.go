@@ -28,10 +28,10 @@ import (
 // the Produce and TxnOffsetCommit that cross-broker KIP-890 verification (another part of the
 // issue) lets through.
 
-// waitSpread waits until the controller has spread the transaction slots and group shards over
+// waitTopicSpread waits until the controller has spread the transaction slots and group shards over
 // the three brokers (it places everything on the first broker to join and moves some each
 // tick) and topic's three partitions are led by three brokers.
-func (tc *testCluster) waitSpread(topic string) {
+func (tc *testCluster) waitTopicSpread(topic string) {
 	tc.t.Helper()
 	checkFor(tc.t, 60*time.Second, 50*time.Millisecond, func() error {
 		tb := tc.anyTable()
@@ -56,7 +56,7 @@ func (tc *testCluster) waitSpread(topic string) {
 // partitions of topic (3 partitions, one per broker) that the coordinator does not lead.
 func (tc *testCluster) txnPlacement(prefix, topic string) (tid string, c int32, remote [2]int32) {
 	tc.t.Helper()
-	tc.waitSpread(topic)
+	tc.waitTopicSpread(topic)
 	tid = prefix + "-tid"
 	c = tc.owner(topology.TxnTopic, int32(topology.TxnSlot(tid))).Broker
 	n, seen := 0, map[int32]bool{}
