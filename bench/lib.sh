@@ -4,6 +4,12 @@
 #
 #   broker_start <kaas|kafka|kafka-fsync> <port>   fresh data dir under $work, sets $pid; kaas is
 #                                                  $KAAS_BIN (default ./bin/kaas)
+#   broker_start kaas-cluster <port>               a real etcd (Debian's etcd binary) and 3 kaas on
+#                                                  one data dir; broker 1 on <port>; sets $pid
+#                                                  (broker 1), $bootstrap_override (the 3 seeds),
+#                                                  cluster_pids[1..3], cluster_ports[1..3]
+#   cluster_broker_start <id>                      (re)start broker id of the running cluster
+#   broker_pids                                    every process of the broker under test (CPU, RSS)
 #   broker_stop <broker>                           graceful stop of the broker started last
 #   broker_cleanup                                 for the EXIT trap: kill whatever is left
 #   cpu_seconds <pid>, peak_rss_mb <pid>           from /proc (utime+stime; VmHWM)
@@ -41,6 +47,74 @@ peak_rss_mb() { awk '/VmHWM/{printf "%.0f", $2/1024}' "/proc/$1/status"; }
 reset_peak_rss() { echo 5 >"/proc/$1/clear_refs" 2>/dev/null || true; }
 
 pid=""
+# kaas-cluster state (S8): broker id -> pid / Kafka port, the etcd process, and the seed list
+# the Java tools and Go drivers use instead of 127.0.0.1:$port.
+cluster_pids=() cluster_ports=() etcd_pid="" etcd_url="" bootstrap_override=""
+# Session settings of the cluster brokers: the process tests' 3000/1000/300 by default, so S8's
+# failover figures are comparable with the tests' bound; KAAS_S8_SESSION=6000/2000/500 for the
+# production defaults.
+s8_session=${KAAS_S8_SESSION:-3000/1000/300}
+
+cluster_broker_start() {
+	local id=$1 st hb fm
+	IFS=/ read -r st hb fm <<<"$s8_session"
+	"${KAAS_BIN:-./bin/kaas}" --broker.id="$id" --listeners="127.0.0.1:${cluster_ports[id]}" \
+		--advertised.listeners="PLAINTEXT://127.0.0.1:${cluster_ports[id]}" --data.dir="$work/cluster/vol" \
+		--metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
+		--cluster.etcd.endpoints="$etcd_url" --cluster.name=bench --cluster.session.timeout.ms="$st" \
+		--cluster.session.heartbeat.ms="$hb" --cluster.fence.margin.ms="$fm" >>"$work/cluster/broker-$id.log" 2>&1 &
+	cluster_pids[id]=$!
+}
+
+# cluster_start <port>: etcd on two free ports, then brokers 1-3 (broker 1 on <port>), then
+# waits until every broker lists all three (bench/failover ready, built by bench/run).
+cluster_start() {
+	local port=$1 etcd cport pport id
+	etcd=$(command -v etcd) || { echo "kaas-cluster needs Debian's etcd-server (make deps)" >&2; return 1; }
+	rm -rf "$work/cluster"; mkdir -p "$work/cluster/vol"
+	cport=$(free_port) pport=$((cport + 1)) etcd_url=http://127.0.0.1:$cport
+	"$etcd" --name bench --data-dir "$work/cluster/etcd" --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
+		--listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+		--initial-cluster "bench=http://127.0.0.1:$pport" --logger zap >"$work/cluster/etcd.log" 2>&1 &
+	etcd_pid=$!
+	for _ in $(seq 100); do curl -fsS -m 1 "$etcd_url/health" 2>/dev/null | grep -q '"health":"true"' && break; sleep 0.1; done
+	curl -fsS -m 1 "$etcd_url/health" 2>/dev/null | grep -q '"health":"true"' || { tail -5 "$work/cluster/etcd.log" >&2; return 1; }
+	cluster_ports=("" "$port" "$(free_port)" "$(free_port)")
+	for id in 1 2 3; do cluster_broker_start "$id"; done
+	bootstrap_override="127.0.0.1:${cluster_ports[1]},127.0.0.1:${cluster_ports[2]},127.0.0.1:${cluster_ports[3]}"
+	if ! cluster_wait_ready 60; then
+		for id in 1 2 3; do echo "--- broker $id:" >&2; tail -5 "$work/cluster/broker-$id.log" >&2; done
+		cluster_stop
+		return 1
+	fi
+	pid=${cluster_pids[1]}
+}
+
+# cluster_wait_ready <seconds>: every broker lists all three; gives up early when a broker died.
+cluster_wait_ready() {
+	local deadline=$((SECONDS + $1)) id
+	while ((SECONDS < deadline)); do
+		for id in 1 2 3; do
+			kill -0 "${cluster_pids[id]}" 2>/dev/null || { echo "kaas-cluster: broker $id exited" >&2; return 1; }
+		done
+		"$work/bin/failover" ready --brokers "$bootstrap_override" --n 3 --timeout 2s 2>/dev/null && return 0
+	done
+	echo "kaas-cluster: not ready within $1 s" >&2
+	return 1
+}
+
+# cluster_stop: SIGTERM every broker (their drains overlap), wait, then etcd.
+cluster_stop() {
+	local id
+	for id in 1 2 3; do [[ -n ${cluster_pids[id]:-} ]] && kill -TERM "${cluster_pids[id]}" 2>/dev/null; done
+	for id in 1 2 3; do [[ -n ${cluster_pids[id]:-} ]] && { wait "${cluster_pids[id]}" 2>/dev/null || true; }; done
+	[[ -n $etcd_pid ]] && { kill -TERM "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null || true; }
+	cluster_pids=() etcd_pid="" bootstrap_override="" pid=""
+}
+
+broker_pids() {
+	if [[ -n $etcd_pid ]]; then echo "${cluster_pids[@]}" "$etcd_pid"; else echo "$pid"; fi
+}
 
 bench_security=plaintext sec_client_cfg="" sec_keystore="" sec_user=bench sec_password=""
 
@@ -88,6 +162,7 @@ security_setup() {
 broker_start() {
 	local b=$1 port=$2
 	case "$b" in
+	kaas-cluster) cluster_start "$port" ;;
 	kaas)
 		rm -rf "$work/kaas"; mkdir -p "$work/kaas"
 		local listen=127.0.0.1:$port sec_args=()
@@ -122,12 +197,15 @@ broker_start() {
 }
 
 broker_stop() {
+	if [[ "$1" == kaas-cluster ]]; then cluster_stop; return; fi
 	if [[ "$1" == kaas ]]; then kill -TERM "$pid"; wait "$pid" || true; else bench/kafka-tools.sh ref-stop "$work/kafka" >/dev/null; fi
 	pid=""
 }
 
 broker_cleanup() {
 	[[ -n "$pid" ]] && kill -KILL "$pid" 2>/dev/null || true
+	local p
+	for p in "${cluster_pids[@]}" "$etcd_pid"; do [[ -n $p ]] && kill -KILL "$p" 2>/dev/null || true; done
 	[[ -f "$work/kafka/kafka.pid" ]] && bench/kafka-tools.sh ref-kill "$work/kafka" >/dev/null 2>&1 || true
 	rm -rf "$work"
 }

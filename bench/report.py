@@ -26,6 +26,7 @@ TITLES = {
     "S5": "perf-test produce (1 KB, 6 partitions), then kafka-consumer-perf-test read_uncommitted / read_committed",
     "S6": "EndToEndLatency, 1 KB, acks=all, 1 partition, one message in flight",
     "S7": "1, 2, 4 concurrent perf-test producers (one 6-partition topic each), 1 KB, acks=all, vs the disk's fsync'd bandwidth",
+    "S8": "cluster mode: S1's perf-test on a 3-broker cluster (etcd + 3 kaas, one data dir) vs the single broker; failover after kill -9 / SIGTERM of a leader",
 }
 
 # (scenario, variant or None for all variants, metric, op, target). Ratios are kaas / kafka
@@ -102,6 +103,9 @@ def verdict(value, op, target):
 
 
 def scenario_md(sc, rows, args, variants, brokers):
+    if sc == "S8":
+        # S8 compares kaas with itself (single broker, cluster); no Kafka rows exist.
+        brokers = [b for b in brokers if any(r["broker"] == b for r in rows)]
     L = []
     L.append(f"## {rows[0]['run_id']} — {sc}: {TITLES.get(sc, sc)}")
     L.append("")
@@ -125,11 +129,12 @@ def scenario_md(sc, rows, args, variants, brokers):
                       "cpu_s", "cpu_s_per_gb", "peak_rss_mb")]
             L.append(f"| {v} | {b} | " + " | ".join(cells) + f" | {len(ok)}/{len(rs)} |")
     L.append("")
-    L.append("kaas / Kafka ratios (per round, paired by round; min – median – max), verdict on the median:")
-    L.append("")
-    L.append("| variant | metric | kaas/kafka min – median – max | kaas/kafka-fsync median | target | verdict |")
-    L.append("|---|---|---|---|---|---|")
-    for v in variants:
+    if sc != "S8":
+        L.append("kaas / Kafka ratios (per round, paired by round; min – median – max), verdict on the median:")
+        L.append("")
+        L.append("| variant | metric | kaas/kafka min – median – max | kaas/kafka-fsync median | target | verdict |")
+        L.append("|---|---|---|---|---|---|")
+    for v in (variants if sc != "S8" else []):
         checks = [(m, op, t) for (s, vv, m, op, t) in RATIO_TARGETS if s == sc and vv in (None, v)]
         checks += GLOBAL_TARGETS
         if sc in ("S2", "S7") or (sc == "S5" and v == "produce"):
@@ -150,6 +155,18 @@ def scenario_md(sc, rows, args, variants, brokers):
         v64 = med([r["records_per_s"] for r in rows if r["variant"] == "64producers" and r["broker"] == "kaas" and not r["failed"]])
         if v64 is not None or any(r["variant"] == "64producers" for r in rows):
             extra.append(f"| 64producers | kaas commits/s | {fmt(v64)} | >= 5000 | {verdict(v64, '>=', 5000)} |")
+    if sc == "S8":
+        # The cluster against the single broker on the same machine (3 brokers + etcd share the
+        # same cores and disk, so this is the cost of cluster mode, not its scaling).
+        for m in ("records_per_s", "p99_ms"):
+            st = ratio_stats(rows, "produce-1024B", m, num_b="kaas-cluster", den_b="kaas")
+            extra.append(f"| produce-1024B | kaas-cluster / kaas {METRIC_LABEL[m]} | "
+                         f"{'-' if st is None else f'{st[0]:.2f} – {st[1]:.2f} – {st[2]:.2f}'} | informational | |")
+        for v in ("failover-KILL", "failover-TERM"):
+            ms = [r["max_ms"] for r in rows if r["variant"] == v and r["broker"] == "kaas-cluster" and not r["failed"]]
+            if ms or any(r["variant"] == v for r in rows):
+                m, worst = med(ms), (max(ms) if ms else None)
+                extra.append(f"| {v} | failover ms, median (worst {fmt(worst)}) | {fmt(m)} | <= 5000 (test session settings) | {verdict(worst, '<=', 5000)} |")
     if sc == "S7" and args.disk_mbps:
         disk = float(args.disk_mbps)
         for v in variants:
@@ -187,7 +204,7 @@ def chart(path, data, brokers, title):
 
     # Scenarios in order, variants in the order they ran.
     groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data), key=lambda g: g[0])
-    colors = {"kaas": "#2b7bba", "kafka": "#e07b39", "kafka-fsync": "#9a9a9a"}
+    colors = {"kaas": "#2b7bba", "kafka": "#e07b39", "kafka-fsync": "#9a9a9a", "kaas-cluster": "#5aa469"}
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.25 * len(groups) + 3), 9))
     width = 0.8 / max(1, len(brokers))
     for ax, metric, label in ((axes[0], "records_per_s", "throughput, records/s (S4: commits/s; S6: round trips/s) — log scale"),

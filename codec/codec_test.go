@@ -121,7 +121,10 @@ func TestApiVersionsResponseUsesHeaderV0(t *testing.T) {
 		t.Fatal("flexible response header must carry an empty tag section")
 	}
 	fb := ApiVersionsFallback()
-	if fb.Version != 0 || fb.ErrorCode != CodeUnsupportedVersion || len(fb.ApiKeys) == 0 {
+	// KIP-511: only ApiVersions' own range, so the client retries at it (franz-go would take a
+	// full list as the v0 answer and never learn the finalized features).
+	if fb.Version != 0 || fb.ErrorCode != CodeUnsupportedVersion || len(fb.ApiKeys) != 1 ||
+		fb.ApiKeys[0].ApiKey != int16(kmsg.ApiVersions) || fb.ApiKeys[0].MaxVersion != 4 {
 		t.Fatalf("fallback %+v", fb)
 	}
 }

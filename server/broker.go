@@ -55,8 +55,8 @@ type BrokerOptions struct {
 	// broker alone, owning everything at epoch 0 (a topology.Table the listener publishes its
 	// bound address to).
 	Topology topology.Topology
-	// Credentials is the SCRAM credential store; nil: a credentials.FileStore in
-	// data.dir/__cluster (cluster mode passes its shared store).
+	// Credentials is the SCRAM credential store; nil: in cluster mode the cluster's shared
+	// store (etcd, credentials.SharedStore), else a credentials.FileStore in data.dir/__cluster.
 	Credentials credentials.Store
 	// PrincipalFor, for tests only: see Deps.PrincipalFor.
 	PrincipalFor func(remoteAddr string) string
@@ -224,7 +224,21 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	}
 	b.Markers.WatchHanging(cfg.TransactionReapInterval, cfg.TransactionMaxTimeout)
 
+	// Cluster mode keeps ACLs, SCRAM credentials and quotas in etcd, shared by every broker;
+	// a single broker keeps them in files in data.dir/__cluster.
+	var sec *clusterSecurity
+	var aclStore acl.Store = acl.NewFileStore(clusterDir)
+	var quotaStore quota.Store = quota.NewFileStore(clusterDir)
+	if b.cluster != nil {
+		if sec, err = b.cluster.openSecurity(clusterDir); err != nil {
+			return nil, fmt.Errorf("cannot open the cluster's security state (refusing to start): %w", err)
+		}
+		aclStore, quotaStore = sec.acls, sec.quotas
+	}
 	creds := opts.Credentials
+	if creds == nil && sec != nil {
+		creds = sec.creds
+	}
 	if creds == nil {
 		fs, err := credentials.OpenFileStore(clusterDir)
 		if err != nil {
@@ -237,22 +251,24 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	if b.cluster != nil {
 		deps.Topics = clusterTopics{cn: b.cluster, store: b.Store}
 	}
-	if b.Quotas, err = quota.New(quota.Config{}, quota.NewFileStore(clusterDir)); err != nil {
+	if b.Quotas, err = quota.New(quota.Config{}, quotaStore); err != nil {
 		return nil, fmt.Errorf("cannot open client quotas (refusing to start): %w", err)
 	}
 	b.Quotas.ExportMetrics()
 	deps.Quotas = b.Quotas
+	var authz *acl.Authorizer
 	if cfg.AuthorizerClassName != "" {
-		// The bindings live next to the cluster id; a cluster-wide acl.Store replaces the file.
-		a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(cfg.SuperUsers), AllowIfNoACL: cfg.AllowEveryoneIfNoACL},
-			acl.NewFileStore(clusterDir))
+		a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(cfg.SuperUsers), AllowIfNoACL: cfg.AllowEveryoneIfNoACL}, aclStore)
 		if err != nil {
 			return nil, fmt.Errorf("cannot start authorizer (refusing to start): %w", err)
 		}
-		deps.ACL = a
+		authz, deps.ACL = a, a
 		if deps.Authz == nil {
 			deps.Authz = a
 		}
+	}
+	if sec != nil {
+		b.cluster.followSecurity(sec, authz, b.Quotas)
 	}
 	b.Server = New(cfg, log.Named("server"), deps, clusterID)
 	if err := b.Server.Start(); err != nil {

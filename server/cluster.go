@@ -14,7 +14,8 @@ package server
 //	  │ Join: brokers/<id> free (a dead predecessor's key expires within the TTL) ─held─► refuse
 //	  ▼
 //	data.dir/__cluster/brokers/b<id>/.lock → cluster.json (exclusive create) → PIDs → lazy store
-//	(WAL in __cluster/wal/b<id>-i<inc>) → offsets (log per incarnation) → coordinators → listener
+//	(WAL in __cluster/wal/b<id>-i<inc>) → offsets (log per incarnation) → coordinators
+//	→ security documents (etcd security/*, seeded once from the volume's files; watched) → listener
 //	→ assignment agent (loads what the controller gives this broker) → controller candidacy
 //
 // Rule P: the store, the offsets log and the answers publish only while Member.Publishable
@@ -39,8 +40,13 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/acl"
 	"github.com/kaas-go/kaas/coord/cluster"
+	"github.com/kaas-go/kaas/coord/credentials"
+	"github.com/kaas-go/kaas/coord/quota"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 	"github.com/kaas-go/kaas/storage"
@@ -61,6 +67,9 @@ type clusterNode struct {
 	ctrlDone chan struct{}
 
 	rf sync.Map // topic name → int16 replication factor (from etcd topics/<name>)
+
+	secCancel context.CancelFunc // ends the security document watches (followSecurity)
+	secWG     sync.WaitGroup
 
 	failed   atomic.Bool
 	failStop func(reason string)
@@ -143,10 +152,22 @@ func joinCluster(cfg *configs.Config, log *zap.Logger, failStop func(string)) (*
 			return nil, err
 		}
 	}
+	if cfg.LogFlushIntervalMsgs > 1 {
+		warnPageCacheAcks(cn.log, "broker default log.flush.interval.messages", strconv.FormatInt(cfg.LogFlushIntervalMsgs, 10))
+	}
 	cn.table = topology.NewTable(topology.Broker{ID: cfg.BrokerID, Rack: info.Rack, Endpoints: info.Endpoints})
 	cn.table.RequireLoad() // nothing is local until the agent has loaded it
 	ok = true
 	return cn, nil
+}
+
+// warnPageCacheAcks says loudly what flush.messages > 1 means on a shared volume: those acks
+// come from this host's page cache, and a successor on another host cannot see unsynced bytes,
+// so a host loss takes them back (design risk 6; Apache's flush.messages has the same meaning,
+// but Apache also has replicas).
+func warnPageCacheAcks(log *zap.Logger, what, v string) {
+	log.Warn("flush.messages > 1 in cluster mode: acknowledged records not yet fsync'd are lost if this broker's host fails; keep flush.messages=1 for acks=all durability",
+		zap.String("where", what), zap.String("flush.messages", v))
 }
 
 // incarnation names this run of the broker in file names (WAL, journals, offsets log).
@@ -236,8 +257,13 @@ func (cn *clusterNode) othersAlive(ctx context.Context) bool {
 	return false
 }
 
-// stop ends the agent and the controller candidacy (the first half of close).
+// stop ends the agent, the controller candidacy and the security watches (the first half of
+// close).
 func (cn *clusterNode) stop() {
+	if cn.secCancel != nil {
+		cn.secCancel()
+		cn.secWG.Wait()
+	}
 	if cn.cancel != nil {
 		cn.cancel()
 		if cn.agent != nil {
@@ -260,6 +286,103 @@ func (cn *clusterNode) leave() {
 	_ = cn.be.Close()
 }
 
+var mSecurityApplyErrors = metrics.NewCounter(`kaas_cluster_security_apply_errors_total`) // versions refused by Replace
+
+// clusterSecurity is the cluster-wide security state: ACL bindings, SCRAM credentials and
+// client quotas, each one etcd document (cluster.Doc) that any broker changes with a CAS and
+// every broker follows with a watch. A single broker keeps them in files in data.dir/__cluster;
+// in cluster mode those files are read once, to seed etcd, and never written.
+type clusterSecurity struct {
+	acls   *cluster.Doc[acl.Binding]
+	quotas *cluster.Doc[quota.Entry]
+	scram  *cluster.Doc[credentials.Record]
+	creds  *credentials.SharedStore
+}
+
+// openSecurity opens the security documents. A document etcd does not have yet is seeded from
+// the volume's file, if there is one (a single broker's data dir becoming a cluster's, or the
+// first user added with `kaas credentials add` before the first start): a CAS create, so of
+// several brokers starting at once one seeds and the rest read what it wrote.
+func (cn *clusterNode) openSecurity(clusterDir string) (*clusterSecurity, error) {
+	sec := &clusterSecurity{
+		acls:   cluster.NewDoc[acl.Binding](cn.be, cluster.SecurityKey(cn.prefix, "acls"), "ACL"),
+		quotas: cluster.NewDoc[quota.Entry](cn.be, cluster.SecurityKey(cn.prefix, "quotas"), "client quota"),
+		scram:  cluster.NewDoc[credentials.Record](cn.be, cluster.SecurityKey(cn.prefix, "scram"), "SCRAM credential"),
+	}
+	bindings, err := acl.NewFileStore(clusterDir).Load()
+	if err != nil {
+		return nil, err
+	}
+	entries, err := quota.NewFileStore(clusterDir).Load()
+	if err != nil {
+		return nil, err
+	}
+	fs, err := credentials.OpenFileStore(clusterDir)
+	if err != nil {
+		return nil, err
+	}
+	users, err := fs.Users()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
+	defer cancel()
+	for _, seed := range []struct {
+		what string
+		n    int
+		do   func() (bool, error)
+	}{
+		{"ACL bindings", len(bindings), func() (bool, error) { return sec.acls.Seed(ctx, bindings) }},
+		{"client quotas", len(entries), func() (bool, error) { return sec.quotas.Seed(ctx, entries) }},
+		{"SCRAM credentials", len(users), func() (bool, error) { return sec.scram.Seed(ctx, credentials.RecordsOf(users)) }},
+	} {
+		seeded, err := seed.do()
+		if err != nil {
+			return nil, err
+		}
+		if seeded {
+			cn.log.Info("seeded the cluster's "+seed.what+" from the volume's file", zap.Int("items", seed.n))
+		}
+	}
+	if sec.creds, err = credentials.OpenSharedStore(sec.scram); err != nil {
+		return nil, err
+	}
+	return sec, nil
+}
+
+// followSecurity applies every version of the security documents to this broker's authorizer
+// (nil: authorization is off), quota manager and credential store, each by an atomic snapshot
+// swap on a goroutine of its own: request handling never waits for etcd.
+func (cn *clusterNode) followSecurity(sec *clusterSecurity, a *acl.Authorizer, q *quota.Manager) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cn.secCancel = cancel
+	applied := func(key string, err error) {
+		if err != nil {
+			mSecurityApplyErrors.Inc()
+			cn.log.Error("cannot apply a cluster security document; keeping the previous version", zap.String("key", key), zap.Error(err))
+		}
+	}
+	follow := func(run func()) {
+		cn.secWG.Add(1)
+		go func() {
+			defer cn.secWG.Done()
+			run()
+		}()
+	}
+	log := cn.log.Named("security")
+	if a != nil {
+		follow(func() {
+			sec.acls.Follow(ctx, log, func(bs []acl.Binding, rev int64) { applied(sec.acls.Key(), a.Replace(bs, rev)) })
+		})
+	}
+	follow(func() {
+		sec.quotas.Follow(ctx, log, func(es []quota.Entry, rev int64) { applied(sec.quotas.Key(), q.Replace(es, rev)) })
+	})
+	follow(func() {
+		sec.scram.Follow(ctx, log, func(rs []credentials.Record, rev int64) { applied(sec.scram.Key(), sec.creds.Replace(rs, rev)) })
+	})
+}
+
 // collectDeadWALs deletes a dead incarnation's WAL once every partition it covers has a newer
 // epoch (storage.RemoveDeadWAL decides from the epoch files). Only the controller does it, once
 // a minute; a live incarnation's WAL is never touched.
@@ -275,14 +398,17 @@ func (cn *clusterNode) collectDeadWALs(b *Broker) {
 		if cn.table.Controller() != cn.cfg.BrokerID {
 			continue
 		}
-		live := map[string]bool{}
-		for _, br := range cn.liveIncarnations() {
-			live[br] = true
-		}
+		// The directories are listed BEFORE the live brokers: an incarnation registers before
+		// it creates its WAL, so a directory that exists and is alive is in the broker listing
+		// too (the other order could take a just-started broker's empty WAL for a dead one's).
 		dir := filepath.Join(cn.cfg.DataDir, "__cluster", "wal")
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			continue
+		}
+		live := cn.liveSet()
+		if live == nil {
+			continue // unknown who is alive: collect nothing (an empty list would make everyone "dead")
 		}
 		for _, e := range ents {
 			name := e.Name()
@@ -326,11 +452,8 @@ func (cn *clusterNode) collectDeadJournals() {
 		cn.log.Warn("cannot list transaction journals", zap.Error(err))
 		return
 	}
-	live := map[string]bool{}
-	for _, br := range cn.liveIncarnations() {
-		live[br] = true
-	}
-	if len(live) == 0 {
+	live := cn.liveSet()
+	if live == nil {
 		return
 	}
 	for _, w := range writers {
@@ -363,19 +486,33 @@ func parseIncarnationDir(name string) (int32, string, bool) {
 	return int32(id), inc, true
 }
 
+// liveSet is the set of live incarnations' directory names, this one always included; nil when
+// the broker list cannot be read or is empty.
+func (cn *clusterNode) liveSet() map[string]bool {
+	incs, err := cn.liveIncarnations()
+	if err != nil || len(incs) == 0 {
+		return nil
+	}
+	live := map[string]bool{filepath.Base(walDir("", cn.cfg.BrokerID, cn.incarnation())): true}
+	for _, br := range incs {
+		live[br] = true
+	}
+	return live
+}
+
 // liveIncarnations are the WAL directory names (b<id>-i<inc>) of the registered brokers.
-func (cn *clusterNode) liveIncarnations() []string {
+func (cn *clusterNode) liveIncarnations() ([]string, error) {
 	ctx, cancel := context.WithTimeout(cn.ctx, 5*time.Second)
 	defer cancel()
 	recs, _, err := cluster.ListBrokers(ctx, cn.be, cn.prefix)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	out := make([]string, 0, len(recs))
 	for _, r := range recs {
 		out = append(out, filepath.Base(walDir("", r.ID, r.Inc)))
 	}
-	return out
+	return out, nil
 }
 
 // clusterResources is what the agent loads and releases on this broker.
@@ -436,6 +573,9 @@ func (r clusterResources) Release(ctx context.Context, res cluster.Resource) ([]
 
 func (r clusterResources) TopicChanged(t cluster.TopicMeta) {
 	r.cn.rf.Store(t.Name, t.RF)
+	if v, ok := t.Configs["flush.messages"]; ok && v != "1" {
+		warnPageCacheAcks(r.cn.log, "topic "+t.Name, v)
+	}
 	if _, err := r.b.Store.EnsureTopic(t.Name, t.ID, t.Partitions, t.Configs); err != nil {
 		r.cn.log.Error("cannot open topic from the registry", zap.String("topic", t.Name), zap.Error(err))
 	}

@@ -34,6 +34,8 @@ type testCluster struct {
 	mu      sync.Mutex
 	brokers map[int32]*Broker
 	failed  map[int32]string // fail-stop reasons
+	// configure, if set, adjusts each broker's configuration and options before it starts.
+	configure func(id int32, cfg *configs.Config, opts *BrokerOptions)
 }
 
 func clusterTestConfig(t *testing.T, dir, endpoint string, id int32) configs.Config {
@@ -52,7 +54,13 @@ func clusterTestConfig(t *testing.T, dir, endpoint string, id int32) configs.Con
 
 func startTestCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, etcd: etcdtest.Start(t), dir: t.TempDir(), brokers: map[int32]*Broker{}, failed: map[int32]string{}}
+	return startTestClusterWith(t, n, nil)
+}
+
+// startTestClusterWith is startTestCluster with configure applied to every broker it starts.
+func startTestClusterWith(t *testing.T, n int, configure func(id int32, cfg *configs.Config, opts *BrokerOptions)) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, etcd: etcdtest.Start(t), dir: t.TempDir(), brokers: map[int32]*Broker{}, failed: map[int32]string{}, configure: configure}
 	for id := int32(1); id <= int32(n); id++ {
 		tc.start(id)
 	}
@@ -77,7 +85,7 @@ func (tc *testCluster) start(id int32) *Broker {
 	tc.t.Helper()
 	cfg := clusterTestConfig(tc.t, tc.dir, tc.etcd.Endpoint, id)
 	var self atomic.Pointer[Broker]
-	b, err := StartBroker(cfg, zaptest.NewLogger(tc.t, zaptest.Level(zap.WarnLevel)).With(zap.Int32("broker", id)), BrokerOptions{
+	opts := BrokerOptions{
 		FailStop: func(reason string) {
 			tc.mu.Lock()
 			tc.failed[id] = reason
@@ -86,7 +94,11 @@ func (tc *testCluster) start(id int32) *Broker {
 				go b.crash()
 			}
 		},
-	})
+	}
+	if tc.configure != nil {
+		tc.configure(id, &cfg, &opts)
+	}
+	b, err := StartBroker(cfg, zaptest.NewLogger(tc.t, zaptest.Level(zap.WarnLevel)).With(zap.Int32("broker", id)), opts)
 	if err != nil {
 		tc.t.Fatalf("cannot start broker %d: %v", id, err)
 	}

@@ -12,9 +12,11 @@ package server
 // old one is closed, which fails its in-flight requests (their callers answer the retriable
 // error of a lost connection).
 //
-// The connection authenticates as nothing (User:ANONYMOUS): there is no inter-broker SASL or
-// TLS client configuration yet, so with ACLs on the inter-broker listener's principal must be
-// granted CLUSTER_ACTION (or be a super user) for the coordinator to serve these requests.
+// The connection is PLAINTEXT and authenticates as nothing (User:ANONYMOUS), as an Apache
+// broker's PLAINTEXT inter-broker listener does: with ACLs on, that principal must be granted
+// CLUSTER_ACTION (or be a super user) for the coordinator to serve these requests. There is no
+// inter-broker TLS or SASL client configuration yet: an inter-broker listener that is not
+// PLAINTEXT is refused here (logged once, counted) instead of failing every handshake.
 
 import (
 	"errors"
@@ -22,10 +24,14 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/configs"
 )
 
 // peerRequestTimeout bounds one inter-broker request, as Apache's request.timeout.ms (30 s)
@@ -35,7 +41,12 @@ const peerRequestTimeout = 30 * time.Second
 var (
 	mPeerClientsCreated = metrics.NewCounter(`kaas_interbroker_clients_created_total`)
 	mPeerUnknown        = metrics.NewCounter(`kaas_interbroker_peer_unknown_total`)
+	mPeerUnsupported    = metrics.NewCounter(`kaas_interbroker_listener_unsupported_total`)
 )
+
+// errInterBrokerSecured: inter.broker.listener.name is a TLS or SASL listener, which the
+// inter-broker clients do not speak yet.
+var errInterBrokerSecured = errors.New("the inter-broker listener is not PLAINTEXT; inter-broker TLS/SASL clients are not implemented")
 
 // errPeerUnknown: the topology lists no endpoint of the broker on the inter-broker listener
 // (it left, or it does not listen there).
@@ -51,6 +62,7 @@ type peerClients struct {
 	mu     sync.Mutex
 	m      map[int32]*peerClient
 	closed bool
+	warned atomic.Bool // the unsupported listener was logged
 }
 
 type peerClient struct {
@@ -60,6 +72,9 @@ type peerClient struct {
 
 // broker returns a handle that sends requests straight to broker id.
 func (pc *peerClients) broker(id int32) (*kgo.Broker, error) {
+	if err := pc.listenerSupported(); err != nil {
+		return nil, err
+	}
 	addr, ok := pc.addr(id)
 	if !ok {
 		mPeerUnknown.Inc()
@@ -102,6 +117,26 @@ func (pc *peerClients) broker(id int32) (*kgo.Broker, error) {
 		return nil, fmt.Errorf("cannot reach broker %d (%s): the client has no seed", id, addr)
 	}
 	return seeds[0], nil
+}
+
+// listenerSupported refuses an inter-broker listener the clients cannot speak.
+func (pc *peerClients) listenerSupported() error {
+	name := pc.s.cfg.InterBrokerListenerName()
+	ls, err := pc.s.cfg.ParseListeners()
+	if err != nil {
+		return err
+	}
+	for _, l := range ls {
+		if l.Name == name && l.Protocol != configs.ProtoPlaintext {
+			mPeerUnsupported.Inc()
+			if !pc.warned.Swap(true) {
+				pc.s.log.Error("cannot reach other brokers: transactional verification and TxnOffsetCommit across brokers answer retriable errors until inter.broker.listener.name names a PLAINTEXT listener",
+					zap.String("listener", name), zap.String("protocol", l.Protocol))
+			}
+			return fmt.Errorf("cannot use inter-broker listener %s (%s): %w", name, l.Protocol, errInterBrokerSecured)
+		}
+	}
+	return nil
 }
 
 // addr is broker id's host:port on the inter-broker listener, from the topology.

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
+	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/kaas-go/kaas/coord/cluster"
 	"github.com/kaas-go/kaas/coord/credentials"
 )
 
@@ -18,6 +24,10 @@ import (
 //
 //	kaas credentials add --data.dir=DIR --user=NAME --mechanism=SCRAM-SHA-256 --password=PW [--iterations=4096]
 //	kaas credentials delete --data.dir=DIR --user=NAME --mechanism=SCRAM-SHA-256
+//
+// In cluster mode the brokers keep SCRAM credentials in etcd, not in the file: with
+// --cluster.etcd.endpoints (and --cluster.name) the command writes there, first seeding etcd
+// from the volume's file if the cluster has no credential document yet (as a broker does).
 func runCredentials(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "delete") {
 		return errors.New("usage: kaas credentials add|delete --data.dir=DIR --user=NAME --mechanism=SCRAM-SHA-256|SCRAM-SHA-512 [--password=PW] [--iterations=4096]")
@@ -30,6 +40,8 @@ func runCredentials(args []string, stdout, stderr io.Writer) error {
 	mech := fs.String("mechanism", "SCRAM-SHA-256", "SCRAM-SHA-256 or SCRAM-SHA-512")
 	password := fs.String("password", "", "password (add); never stored, only its salted SCRAM keys")
 	iterations := fs.Int("iterations", credentials.MinIterations, "SCRAM iterations, 4096..16384")
+	etcdEndpoints := fs.String("cluster.etcd.endpoints", "", "cluster mode: etcd client URLs (comma list); the credentials go to etcd")
+	clusterName := fs.String("cluster.name", "kaas", "cluster mode: the cluster name (etcd prefix /kaas/<name>/)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -47,9 +59,30 @@ func runCredentials(args []string, stdout, stderr io.Writer) error {
 	case op == "add" && *password == "":
 		return errors.New("--password is required")
 	}
-	store, err := credentials.OpenFileStore(filepath.Join(*dataDir, "__cluster"))
+	file, err := credentials.OpenFileStore(filepath.Join(*dataDir, "__cluster"))
 	if err != nil {
 		return err
+	}
+	var store credentials.Store = file
+	if *etcdEndpoints != "" {
+		be, err := cluster.NewEtcd(strings.Split(*etcdEndpoints, ","), 5*time.Second, zap.NewNop())
+		if err != nil {
+			return fmt.Errorf("cannot reach etcd at %s: %w", *etcdEndpoints, err)
+		}
+		defer be.Close()
+		doc := cluster.NewDoc[credentials.Record](be, cluster.SecurityKey("/kaas/"+*clusterName+"/", "scram"), "SCRAM credential")
+		users, err := file.Users()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := doc.Seed(ctx, credentials.RecordsOf(users)); err != nil {
+			return fmt.Errorf("cannot seed the cluster's SCRAM credentials from %s: %w", *dataDir, err)
+		}
+		if store, err = credentials.OpenSharedStore(doc); err != nil {
+			return err
+		}
 	}
 	ch := credentials.Change{User: *user, Mechanism: m, Delete: op == "delete"}
 	if op == "add" {

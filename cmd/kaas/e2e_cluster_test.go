@@ -675,8 +675,7 @@ func TestClusterKill9LeaderAcksAll(t *testing.T) {
 		killed := time.Now()
 		c.kill9(t, leader)
 		pv := fmt.Sprintf("probe-%d", k)
-		res := probe.ProduceSync(context.Background(), &kgo.Record{Partition: 0, Value: []byte(pv)})
-		r, err := res.First()
+		r, err := e2eProduceWithin(probe, 30*time.Second, &kgo.Record{Partition: 0, Value: []byte(pv)})
 		if err != nil {
 			t.Fatalf("kill %d: probe produce to partition 0 after killing broker %d: %v", k, leader+1, err)
 		}
@@ -717,6 +716,21 @@ func TestClusterKill9LeaderAcksAll(t *testing.T) {
 			check(pv, a.p, a.offset)
 		}
 	})
+}
+
+// e2eProduceWithin produces one record and waits at most d for its ack. kgo ignores a record's
+// context once the record may have been sent (an idempotent producer cannot give up on it
+// without risking a sequence gap), so ProduceSync alone can block forever when no broker ever
+// takes the partition over; the test must fail instead.
+func e2eProduceWithin(cl *kgo.Client, d time.Duration, r *kgo.Record) (*kgo.Record, error) {
+	done := make(chan error, 1)
+	cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err := <-done:
+		return r, err
+	case <-time.After(d):
+		return nil, fmt.Errorf("no ack within %s", d)
+	}
 }
 
 // e2eClusterCheckAcked asserts what an acks=all ack promises after any number of failovers:
@@ -795,7 +809,7 @@ func TestClusterSIGSTOPLeaderFailStops(t *testing.T) {
 	var acks []ack
 	produce := func(v string) {
 		t.Helper()
-		r, err := prod.ProduceSync(context.Background(), &kgo.Record{Value: []byte(v)}).First()
+		r, err := e2eProduceWithin(prod, time.Minute, &kgo.Record{Value: []byte(v)})
 		if err != nil {
 			t.Fatalf("produce %s: %v", v, err)
 		}

@@ -27,19 +27,25 @@ type Config struct {
 	AllowIfNoACL bool
 }
 
-// Store keeps the bindings durable. The file store (FileStore) serves a single broker; a
-// cluster-wide store (etcd, or a replicated framed log) implements the same two calls.
+// Store keeps the bindings durable. The file store (FileStore) serves a single broker; in
+// cluster mode a *cluster.Doc[Binding] (one etcd key, CAS-guarded) implements the same calls.
 type Store interface {
 	Load() ([]Binding, error)
-	// Save replaces the stored set; it returns once the set is durable.
-	Save([]Binding) error
+	// Update applies fn to the stored set and stores its result (when fn reports a change)
+	// atomically, returning once it is durable. A store shared by several brokers re-reads and
+	// re-runs fn when another writer got in between, so fn must depend on its input only. It
+	// returns the set now stored and its revision (0 for a store without revisions).
+	Update(fn func(cur []Binding) (next []Binding, changed bool, err error)) (stored []Binding, rev int64, err error)
 }
 
 // Authorizer answers checks from an immutable index swapped atomically on every change, so a
-// check takes no lock and sees a change on the next request of every connection.
+// check takes no lock and sees a change on the next request of every connection. A change
+// reaches the index two ways: this broker's own Create/Delete, and Replace with a version
+// another broker wrote (cluster mode: the etcd watch). Each index carries the store revision it
+// was built from and a swap never installs an older one, so the two paths may race in any order.
 //
-// Lock order: mu (writers only: Create/Delete, held across Save so the durable set and the index
-// move together) → nothing.
+// Lock order: mu (writers only: Create/Delete, held across Store.Update so the durable set and
+// the index move together) → the store's own locks. Replace takes no lock.
 type Authorizer struct {
 	cfg   Config
 	super map[string]bool
@@ -64,8 +70,42 @@ func New(cfg Config, store Store) (*Authorizer, error) {
 			return nil, fmt.Errorf("cannot load ACL binding (%+v): %w", b, err)
 		}
 	}
-	a.idx.Store(buildIndex(bs))
+	a.idx.Store(buildIndex(bs, 0))
+	mBindingsN.Store(int64(len(bs)))
 	return a, nil
+}
+
+// Replace installs bs, the set stored at revision rev, unless the index already reflects a
+// later revision (cluster mode: every version the etcd watch delivers). A set holding an
+// invalid binding is refused whole and the index stays as it was: applying part of a set could
+// turn a DENY off.
+func (a *Authorizer) Replace(bs []Binding, rev int64) error {
+	for _, b := range bs {
+		if err := b.Validate(); err != nil {
+			return fmt.Errorf("cannot apply ACL bindings (revision %d, %+v): %w", rev, b, err)
+		}
+	}
+	a.install(bs, rev)
+	return nil
+}
+
+// Revision is the store revision the current index was built from.
+func (a *Authorizer) Revision() int64 { return a.idx.Load().rev }
+
+// install swaps in the index of bs unless a later revision is already installed; it reports
+// whether it did.
+func (a *Authorizer) install(bs []Binding, rev int64) bool {
+	ix := buildIndex(bs, rev)
+	for {
+		cur := a.idx.Load()
+		if rev < cur.rev {
+			return false
+		}
+		if a.idx.CompareAndSwap(cur, ix) {
+			mBindingsN.Store(int64(len(bs)))
+			return true
+		}
+	}
 }
 
 // ParseSuperUsers parses super.users: principals separated by ';' (Apache's format).
@@ -85,6 +125,7 @@ func ParseSuperUsers(s string) []string {
 // distinct prefix length no longer than the name: its cost depends on the name's length and on
 // the bindings on that very resource, never on how many bindings exist in total.
 type index struct {
+	rev   int64 // store revision of all
 	all   []Binding
 	types [ResourceUser + 1]typeIndex
 }
@@ -97,8 +138,8 @@ type typeIndex struct {
 	n          int
 }
 
-func buildIndex(bs []Binding) *index {
-	ix := &index{all: bs}
+func buildIndex(bs []Binding, rev int64) *index {
+	ix := &index{rev: rev, all: bs}
 	for _, b := range bs {
 		t := &ix.types[b.ResourceType]
 		t.n++
@@ -125,7 +166,6 @@ func buildIndex(bs []Binding) *index {
 		sort.Ints(t.prefixLens)
 		t.prefixLens = dedupe(t.prefixLens)
 	}
-	mBindingsN.Store(int64(len(bs)))
 	return ix
 }
 
@@ -302,26 +342,29 @@ func (a *Authorizer) AuthorizeByResourceType(principal, host string, op Operatio
 func (a *Authorizer) Create(bs []Binding) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	cur := a.idx.Load().all
-	have := make(map[Binding]bool, len(cur)+len(bs))
-	for _, b := range cur {
-		have[b] = true
-	}
-	next := append([]Binding(nil), cur...)
-	for _, b := range bs {
-		if !have[b] {
+	changed := false
+	stored, rev, err := a.store.Update(func(cur []Binding) ([]Binding, bool, error) {
+		have := make(map[Binding]bool, len(cur)+len(bs))
+		for _, b := range cur {
 			have[b] = true
-			next = append(next, b)
 		}
+		next := append([]Binding(nil), cur...)
+		for _, b := range bs {
+			if !have[b] {
+				have[b] = true
+				next = append(next, b)
+			}
+		}
+		changed = len(next) != len(cur)
+		return next, changed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("cannot save ACL bindings (%d new): %w", len(bs), err)
 	}
-	if len(next) == len(cur) {
-		return nil
+	a.install(stored, rev)
+	if changed {
+		mChanges.Inc()
 	}
-	if err := a.store.Save(next); err != nil {
-		return fmt.Errorf("cannot save ACL bindings (%d): %w", len(next), err)
-	}
-	a.idx.Store(buildIndex(next))
-	mChanges.Inc()
 	return nil
 }
 
@@ -337,32 +380,38 @@ func (a *Authorizer) Describe(f Filter) []Binding {
 }
 
 // Delete removes every binding any filter matches and returns, per filter, what it matched.
-// A binding two filters match is reported for both, as Apache does.
+// A binding two filters match is reported for both, as Apache does. What matched is taken from
+// the stored set the deletion applied to (in cluster mode, possibly newer than this broker's
+// index).
 func (a *Authorizer) Delete(fs []Filter) ([][]Binding, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	cur := a.idx.Load().all
-	out := make([][]Binding, len(fs))
-	var next []Binding
-	for _, b := range cur {
-		hit := false
-		for i, f := range fs {
-			if f.Matches(b) {
-				out[i] = append(out[i], b)
-				hit = true
+	var out [][]Binding
+	changed := false
+	stored, rev, err := a.store.Update(func(cur []Binding) ([]Binding, bool, error) {
+		out = make([][]Binding, len(fs))
+		var next []Binding
+		for _, b := range cur {
+			hit := false
+			for i, f := range fs {
+				if f.Matches(b) {
+					out[i] = append(out[i], b)
+					hit = true
+				}
+			}
+			if !hit {
+				next = append(next, b)
 			}
 		}
-		if !hit {
-			next = append(next, b)
-		}
+		changed = len(next) != len(cur)
+		return next, changed, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot save ACL bindings (%d filters): %w", len(fs), err)
 	}
-	if len(next) == len(cur) {
-		return out, nil
+	a.install(stored, rev)
+	if changed {
+		mChanges.Inc()
 	}
-	if err := a.store.Save(next); err != nil {
-		return nil, fmt.Errorf("cannot save ACL bindings (%d): %w", len(next), err)
-	}
-	a.idx.Store(buildIndex(next))
-	mChanges.Inc()
 	return out, nil
 }

@@ -358,15 +358,19 @@ func TestStaleReleasesAreTheOnesNoSuccessorNeeds(t *testing.T) {
 			{id: pid(topicA, 0), epoch: 4, key: "a4"},                      // read by the holder of 5: keep
 			{id: pid(topicA, 0), epoch: 3, key: "a3"},                      // superseded: drop
 			{id: ResourceID{Kind: KindTxnSlot, N: 3}, epoch: 1, key: "s1"}, // keep
+			// The assignee of 3 has neither released nor forwarded (no release 3): it still
+			// needs release 2 even though the assignment is at 9 (the stranded-forward case).
 			{id: ResourceID{Kind: KindGroupShard, N: 49}, epoch: 2, key: "g2"},
-			{id: pid(topicB, 0), epoch: 1, key: "b1"}, // topic gone
+			{id: ResourceID{Kind: KindGroupShard, N: 49}, epoch: 7, key: "g7"}, // release 8 exists: drop
+			{id: ResourceID{Kind: KindGroupShard, N: 49}, epoch: 8, key: "g8"}, // read by the holder of 9: keep
+			{id: pid(topicB, 0), epoch: 1, key: "b1"},                          // topic gone
 		},
 	}
 	var got []string
 	for _, r := range staleReleases(v) {
 		got = append(got, r.key)
 	}
-	if want := []string{"a3", "b1", "g2"}; !reflect.DeepEqual(got, want) {
+	if want := []string{"a3", "b1", "g7"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("stale releases %v, want %v", got, want)
 	}
 }

@@ -336,19 +336,31 @@ func (c *controller) tick(ctx context.Context, guard Compare, kvs []KV, budget i
 	return true, nil
 }
 
-// staleReleases are release records no successor can need any more: release/<r>/<e> is read
-// only by the holder of e+1 (Rule S), so once r's assignment is past e+1, or r is gone with
-// its topic, the record is garbage.
+// staleReleases are release records no successor can need any more. release/<r>/<e> is read
+// by the assignee of e+1 (Rule S): to take over, or, when r moved on before that broker got to
+// it, to forward the record as release/<r>/<e+1>. So the record is garbage once r's assignment
+// is past e+1 AND release/<r>/<e+1> exists (that assignee has released or forwarded), or once r
+// is gone with its topic. Deleting it as soon as the assignment passed e+1 would strand an
+// assignee that has not forwarded yet: it would wait for a record that is gone, on a holder
+// that is still alive, and every later assignee would wait on it (found under -race load).
 func staleReleases(v clusterView) []releaseRef {
 	topics := map[[16]byte]int32{}
 	for _, t := range v.in.Topics {
 		topics[t.ID] = t.Partitions
 	}
+	type idEpoch struct {
+		id    ResourceID
+		epoch int32
+	}
+	have := make(map[idEpoch]bool, len(v.releases))
+	for _, r := range v.releases {
+		have[idEpoch{r.id, r.epoch}] = true
+	}
 	var out []releaseRef
 	for _, r := range v.releases {
 		cur, ok := v.in.Current[r.id]
 		switch {
-		case ok && cur.Epoch > r.epoch+1:
+		case ok && cur.Epoch > r.epoch+1 && have[idEpoch{r.id, r.epoch + 1}]:
 			out = append(out, r)
 		case !ok && r.id.Kind == KindPartition && r.id.N >= topics[r.id.TopicID]:
 			out = append(out, r)

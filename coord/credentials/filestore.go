@@ -63,6 +63,47 @@ type fileCred struct {
 	ServerKey  []byte `json:"server_key"`
 }
 
+// credential validates a stored record of user: a known mechanism, an iteration count Apache
+// accepts and all three keys present.
+func (c fileCred) credential(user string) (Credential, error) {
+	m, ok := ParseMechanism(c.Mechanism)
+	if !ok || c.Iterations < MinIterations || len(c.Salt) == 0 || len(c.StoredKey) == 0 || len(c.ServerKey) == 0 {
+		return Credential{}, fmt.Errorf("bad %s credential of user %q", c.Mechanism, user)
+	}
+	return Credential{Mechanism: m, Salt: c.Salt, Iterations: c.Iterations, StoredKey: c.StoredKey, ServerKey: c.ServerKey}, nil
+}
+
+func toFileCred(c Credential) fileCred {
+	return fileCred{Mechanism: c.Mechanism.String(), Salt: c.Salt, Iterations: c.Iterations, StoredKey: c.StoredKey, ServerKey: c.ServerKey}
+}
+
+// applyChanges applies AlterUserScramCredentials changes to users in place, stopping at the first
+// one that fails (callers apply to a copy, so a failure applies nothing).
+func applyChanges(users map[string]map[Mechanism]Credential, changes []Change) error {
+	for _, ch := range changes {
+		if ch.Delete {
+			if _, ok := users[ch.User][ch.Mechanism]; !ok {
+				return fmt.Errorf("cannot delete %v credential of %q: %w", ch.Mechanism, ch.User, ErrNotFound)
+			}
+			delete(users[ch.User], ch.Mechanism)
+			if len(users[ch.User]) == 0 {
+				delete(users, ch.User)
+			}
+			continue
+		}
+		if err := CheckIterations(ch.Cred.Iterations, MinIterations); err != nil {
+			return fmt.Errorf("cannot store %v credential of %q: %w", ch.Mechanism, ch.User, err)
+		}
+		if users[ch.User] == nil {
+			users[ch.User] = map[Mechanism]Credential{}
+		}
+		c := ch.Cred
+		c.Mechanism = ch.Mechanism
+		users[ch.User][ch.Mechanism] = c
+	}
+	return nil
+}
+
 type fileFormat struct {
 	Version int                   `json:"version"`
 	Users   map[string][]fileCred `json:"users"`
@@ -106,14 +147,14 @@ func (s *FileStore) read() (map[string]map[Mechanism]Credential, fileStamp, erro
 	}
 	for u, cs := range ff.Users {
 		for _, c := range cs {
-			m, ok := ParseMechanism(c.Mechanism)
-			if !ok || c.Iterations < MinIterations || len(c.Salt) == 0 || len(c.StoredKey) == 0 || len(c.ServerKey) == 0 {
-				return nil, fileStamp{}, fmt.Errorf("cannot parse credentials (%s): bad %s credential of user %q", s.path(), c.Mechanism, u)
+			cred, err := c.credential(u)
+			if err != nil {
+				return nil, fileStamp{}, fmt.Errorf("cannot parse credentials (%s): %w", s.path(), err)
 			}
 			if users[u] == nil {
 				users[u] = map[Mechanism]Credential{}
 			}
-			users[u][m] = Credential{Mechanism: m, Salt: c.Salt, Iterations: c.Iterations, StoredKey: c.StoredKey, ServerKey: c.ServerKey}
+			users[u][cred.Mechanism] = cred
 		}
 	}
 	return users, stampOf(fi), nil
@@ -193,32 +234,14 @@ func (s *FileStore) Apply(changes []Change) error {
 	if err != nil {
 		return err
 	}
-	for _, ch := range changes {
-		if ch.Delete {
-			if _, ok := users[ch.User][ch.Mechanism]; !ok {
-				return fmt.Errorf("cannot delete %v credential of %q: %w", ch.Mechanism, ch.User, ErrNotFound)
-			}
-			delete(users[ch.User], ch.Mechanism)
-			if len(users[ch.User]) == 0 {
-				delete(users, ch.User)
-			}
-			continue
-		}
-		if err := CheckIterations(ch.Cred.Iterations, MinIterations); err != nil {
-			return fmt.Errorf("cannot store %v credential of %q: %w", ch.Mechanism, ch.User, err)
-		}
-		if users[ch.User] == nil {
-			users[ch.User] = map[Mechanism]Credential{}
-		}
-		c := ch.Cred
-		c.Mechanism = ch.Mechanism
-		users[ch.User][ch.Mechanism] = c
+	if err := applyChanges(users, changes); err != nil {
+		return err
 	}
 	ff := fileFormat{Version: 1, Users: map[string][]fileCred{}}
 	for u, ms := range users {
 		for _, m := range Mechanisms {
 			if c, ok := ms[m]; ok {
-				ff.Users[u] = append(ff.Users[u], fileCred{Mechanism: m.String(), Salt: c.Salt, Iterations: c.Iterations, StoredKey: c.StoredKey, ServerKey: c.ServerKey})
+				ff.Users[u] = append(ff.Users[u], toFileCred(c))
 			}
 		}
 	}

@@ -118,10 +118,15 @@ type Entry struct {
 	Values Values
 }
 
-// Store keeps the quotas durable (a file on a single broker; etcd or a framed log in a cluster).
+// Store keeps the quotas durable: a file on a single broker, a *cluster.Doc[Entry] (one etcd
+// key, CAS-guarded) in cluster mode.
 type Store interface {
 	Load() ([]Entry, error)
-	Save([]Entry) error
+	// Update applies fn to the stored entries and stores its result (when fn reports a change)
+	// atomically, returning once it is durable. A store shared by several brokers re-reads and
+	// re-runs fn when another writer got in between, so fn must depend on its input only. It
+	// returns the entries now stored and their revision (0 for a store without revisions).
+	Update(fn func(cur []Entry) (next []Entry, changed bool, err error)) (stored []Entry, rev int64, err error)
 }
 
 // Config tunes the sensors (Apache's quota.window.num and quota.window.size.seconds).
@@ -131,9 +136,11 @@ type Config struct {
 }
 
 // Manager resolves and enforces the quotas. Checks read an immutable snapshot; with no quota
-// configured a check is one atomic load.
+// configured a check is one atomic load. A snapshot carries the store revision it was built from;
+// Alter (this broker's change) and Replace (a version another broker wrote, from the etcd watch)
+// both swap one in, and neither ever installs an older revision than the current one.
 //
-// Locks: mu (Alter, held across Save), sensorsMu (sensor inserts and expiry) and each sensor's
+// Locks: mu (Alter, held across Store.Update; then the store's own locks), sensorsMu (sensor inserts and expiry) and each sensor's
 // mu (its samples). None is taken while another is held, so there is no order to keep.
 type Manager struct {
 	cfg   Config
@@ -164,17 +171,50 @@ func New(cfg Config, store Store) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot load client quotas: %w", err)
 	}
-	snap := map[Entity]Values{}
+	snap, err := snapshotOf(es, 0)
+	if err != nil {
+		return nil, err
+	}
+	m.snap.Store(snap)
+	return m, nil
+}
+
+// snapshotOf validates es and builds their snapshot.
+func snapshotOf(es []Entry, rev int64) (*snapshot, error) {
+	vals := make(map[Entity]Values, len(es))
 	for _, e := range es {
 		for k, v := range e.Values {
 			if err := ValidateValue(k, v); err != nil {
-				return nil, fmt.Errorf("cannot load client quota (%s): %w", e.Entity, err)
+				return nil, fmt.Errorf("cannot load client quota (%s, revision %d): %w", e.Entity, rev, err)
 			}
 		}
-		snap[e.Entity] = e.Values
+		vals[e.Entity] = e.Values
 	}
-	m.snap.Store(newSnapshot(snap))
-	return m, nil
+	return newSnapshot(vals, rev), nil
+}
+
+// Replace installs es, the entries stored at revision rev, unless the snapshot already reflects
+// a later revision (cluster mode: every version the etcd watch delivers). Entries with an
+// invalid value are refused whole and the snapshot stays as it was.
+func (m *Manager) Replace(es []Entry, rev int64) error {
+	snap, err := snapshotOf(es, rev)
+	if err != nil {
+		return err
+	}
+	m.install(snap)
+	return nil
+}
+
+// Revision is the store revision the current snapshot was built from.
+func (m *Manager) Revision() int64 { return m.snap.Load().rev }
+
+func (m *Manager) install(snap *snapshot) {
+	for {
+		cur := m.snap.Load()
+		if snap.rev < cur.rev || m.snap.CompareAndSwap(cur, snap) {
+			return
+		}
+	}
 }
 
 // Op is one change of an Alter entry: set Key to Value, or remove it.
@@ -205,31 +245,38 @@ func (m *Manager) Alter(e Entity, ops []Op, validateOnly bool) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur := m.snap.Load().vals
-	next := make(map[Entity]Values, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
-	}
-	vals := Values{}
-	for k, v := range cur[e] {
-		vals[k] = v
-	}
-	for _, op := range ops {
-		if op.Remove {
-			delete(vals, op.Key)
-		} else {
-			vals[op.Key] = op.Value
+	stored, rev, err := m.store.Update(func(cur []Entry) ([]Entry, bool, error) {
+		next := make(map[Entity]Values, len(cur)+1)
+		for _, c := range cur {
+			next[c.Entity] = c.Values
 		}
-	}
-	if len(vals) == 0 {
-		delete(next, e)
-	} else {
-		next[e] = vals
-	}
-	if err := m.store.Save(entries(next)); err != nil {
+		vals := Values{}
+		for k, v := range next[e] {
+			vals[k] = v
+		}
+		for _, op := range ops {
+			if op.Remove {
+				delete(vals, op.Key)
+			} else {
+				vals[op.Key] = op.Value
+			}
+		}
+		_, had := next[e]
+		if len(vals) == 0 {
+			delete(next, e)
+		} else {
+			next[e] = vals
+		}
+		return entries(next), had || len(vals) > 0, nil
+	})
+	if err != nil {
 		return fmt.Errorf("cannot save client quotas (%s): %w", e, err)
 	}
-	m.snap.Store(newSnapshot(next))
+	snap, err := snapshotOf(stored, rev)
+	if err != nil {
+		return err
+	}
+	m.install(snap)
 	return nil
 }
 
@@ -248,12 +295,13 @@ func (m *Manager) Entries() []Entry { return entries(m.snap.Load().vals) }
 // snapshot is the immutable quota set checks read, with, per kind, a bit for each of the eight
 // levels that some entity sets: resolve looks up only levels that can match.
 type snapshot struct {
+	rev    int64 // store revision of vals
 	vals   map[Entity]Values
 	levels [numKinds]uint8
 }
 
-func newSnapshot(vals map[Entity]Values) *snapshot {
-	s := &snapshot{vals: vals}
+func newSnapshot(vals map[Entity]Values, rev int64) *snapshot {
+	s := &snapshot{rev: rev, vals: vals}
 	for e, v := range vals {
 		l := level(e)
 		for k := Kind(0); k < numKinds; k++ {

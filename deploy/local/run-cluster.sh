@@ -108,7 +108,7 @@ start etcd "$DIR/etcd.log" "$ETCD" --name kaas-local --data-dir "$DIR/etcd" \
 	--listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
 	--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
 	--initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-	--initial-cluster "kaas-local=http://127.0.0.1:$ETCD_PEER_PORT"
+	--initial-cluster "kaas-local=http://127.0.0.1:$ETCD_PEER_PORT" --logger zap
 
 # wait_healthy name url seconds: poll url until it answers 2xx; fail early if the process exited.
 wait_healthy() {
