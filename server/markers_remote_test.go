@@ -402,3 +402,37 @@ func TestInterBrokerMarkerClientTLS(t *testing.T) {
 		t.Fatal("a SASL inter-broker listener was accepted without inter-broker credentials")
 	}
 }
+
+// TestClusterGroupCompletedAfterGroupCoordinatorCrash: the group coordinator G crashes between
+// TxnOffsetCommit (the staging is durable in its offsets log) and EndTxn. The transaction
+// coordinator's completion for the group's shard fails against the dead broker, waits for the
+// shard's new owner, which has loaded the staging from G's log, and resends there; EndTxn then
+// answers and the offset is committed once.
+func TestClusterGroupCompletedAfterGroupCoordinatorCrash(t *testing.T) {
+	tc := startTestCluster(t, 3)
+	const topic = "mkg"
+	tc.createTopic(topic, 3, 3)
+	tid, c, _ := tc.txnPlacement("mkg", topic)
+	grp, g := tc.groupNotOwnedBy("mkgg", c)
+	rc := dialRaw(t, tc.broker(c).Addr().String())
+	pid, epoch := rawInit(t, rc, tid)
+	rawAddOffsets(t, rc, tid, pid, epoch, grp)
+	tc.stageOffset(grp, pid, epoch, topic, 0, 17)
+	shard := int32(topology.GroupShard(grp))
+	before := tc.owner(topology.GroupsTopic, shard)
+	retries := mMarkerRetries.Get()
+	tc.crash(g)
+
+	rc = dialRaw(t, tc.broker(c).Addr().String())
+	rawEndTxn(t, rc, tid, pid, epoch, true)
+	after := tc.owner(topology.GroupsTopic, shard)
+	if after.Broker == before.Broker || after.Epoch <= before.Epoch {
+		t.Fatalf("shard %d at %+v after the crash of %+v", shard, after, before)
+	}
+	if mMarkerRetries.Get() == retries {
+		t.Fatal("EndTxn completed without resending the completion to the shard's new owner")
+	}
+	if o := tc.committedOffset(grp, topic, 0); o != 17 {
+		t.Fatalf("offset of %s after EndTxn across the group coordinator's crash: %d, want 17", grp, o)
+	}
+}
