@@ -10,16 +10,22 @@ package server
 //     CLUSTER_AUTHORIZATION_FAILED (31) on every partition otherwise.
 //   - Per marker, per partition (the shared check of topology.go, without a topic ACL):
 //     UNKNOWN_TOPIC_OR_PARTITION (3) if it does not exist, NOT_LEADER_OR_FOLLOWER (6) if the
-//     topology says another broker leads it, INVALID_TOPIC_EXCEPTION (17) for a partition of
-//     __consumer_offsets / __transaction_state (Apache's coordinator sends markers to the group
-//     coordinator's partition to complete transactional offsets; kaas completes them inside the
-//     broker, and a WriteTxnMarkers that reaches a group shard is not served yet), else AppendMarker (epoch below the
-//     producer's → INVALID_PRODUCER_EPOCH 47, older coordinator epoch →
+//     topology says another broker leads it (or owns the group shard),
+//     INVALID_TOPIC_EXCEPTION (17) for a partition of __transaction_state, else AppendMarker
+//     (epoch below the producer's → INVALID_PRODUCER_EPOCH 47, older coordinator epoch →
 //     TRANSACTION_COORDINATOR_FENCED 52) and the answer waits until the marker is durable
 //     (acks=-1; fsync failure → KAFKA_STORAGE_ERROR 56). Markers go through the same
 //     per-partition queue as the coordinator's own (markers.go), so concurrent ones share a Sync.
-//   - A marker for a producer with no ongoing transaction on the partition is written anyway and
-//     closes nothing (Apache does the same), so retries are harmless.
+//   - Partition N of __consumer_offsets (group shard N, owned here): every group of the shard
+//     with offsets staged by the producer is completed (commit or abort, one durable record per
+//     group) before the answer, as Apache's GroupCoordinator.scheduleHandleTxnCompletion. This is
+//     how a transaction coordinator on another broker completes a group (design/cluster.md §6).
+//   - Rule P: a marker or completion is answered NONE only once durable and while the broker's
+//     lease deadline holds (storage checks it after the sync; the handler checks again).
+//   - A marker for a producer whose transaction on the partition is already closed by a marker of
+//     the same epoch and coordinator epoch is not written again (a resend after a lost answer:
+//     AppendMarker answers the first one's offset); otherwise a marker with no ongoing
+//     transaction is written and closes nothing, as in Apache.
 //
 // Version notes: v1 flexible. (v2, KIP-1228, TransactionVersion per marker, is not served.)
 
@@ -29,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/coord/topology"
 )
 
 func init() { register(kmsg.WriteTxnMarkers, 0, 1, handleWriteTxnMarkers) }
@@ -45,6 +52,7 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 		}
 	}
 	rc.deferReply()
+	markers := rc.s.deps.Markers
 	resp.Markers = make([]kmsg.WriteTxnMarkersResponseMarker, len(req.Markers))
 	for i := range req.Markers {
 		m := &req.Markers[i]
@@ -71,22 +79,30 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 					continue
 				}
 				lp, code := rc.localPartition(&tr, pn, -1)
-				if code == codec.CodeNone && lp.p == nil {
-					// A group shard's partition: completing its staged offsets belongs to the
-					// group coordinator, which this API does not reach yet.
-					code = codec.CodeInvalidTopicException
+				if code == codec.CodeNone && lp.p == nil && mt.Topic != topology.GroupsTopic {
+					code = codec.CodeInvalidTopicException // __transaction_state: no markers there
 				}
 				if code != codec.CodeNone {
 					op.ErrorCode = code
 					continue
 				}
 				left.Add(1)
+				answer := func(code int16) {
+					defer rc.guard()
+					if code == codec.CodeNone && !markers.publishable() {
+						// Rule P: durable but past the lease deadline; a successor owns it now.
+						code = codec.CodeNotLeaderForPartition
+					}
+					op.ErrorCode = code
+					done()
+				}
+				if lp.p == nil {
+					// A group shard this broker owns (design/cluster.md §6 step 4).
+					markers.completeShard(pn, m.ProducerID, m.Committed, answer)
+					continue
+				}
 				enqueueMarker(lp.p, markerItem{pid: m.ProducerID, epoch: m.ProducerEpoch, commit: m.Committed,
-					coordinatorEpoch: m.CoordinatorEpoch, done: func(code int16) {
-						defer rc.guard()
-						op.ErrorCode = code
-						done()
-					}})
+					coordinatorEpoch: m.CoordinatorEpoch, done: answer})
 			}
 		}
 	}

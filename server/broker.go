@@ -41,6 +41,8 @@ type Broker struct {
 	Markers *MarkerWriter
 	Quotas  *quota.Manager
 
+	remote *ClusterMarkerWriter // cluster mode: markers and group completions for other brokers
+
 	log     *zap.Logger
 	lock    *storage.DirLock // data.dir/.lock (cluster: data.dir/__cluster/brokers/b<id>/.lock)
 	cluster *clusterNode     // nil on a single broker
@@ -181,6 +183,18 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 	// previous incarnation left prepared in the background (their ids answer
 	// CONCURRENT_TRANSACTIONS meanwhile).
 	b.Markers = NewMarkerWriter(b.Store, topo, log.Named("txn"))
+	b.Markers.groups, b.Markers.offsets = b.Groups, b.Offsets
+	var partitions txn.PartitionWriter = b.Markers
+	var groups txn.GroupCompleter = groupCompleter{b.Groups}
+	if cn := b.cluster; cn != nil {
+		// Partitions led, and group shards owned, by other brokers are reached with
+		// WriteTxnMarkers on the inter-broker listener (markers_remote.go).
+		b.Markers.publish = cn.member.Publishable
+		ib := cfg.InterBrokerListenerName()
+		b.remote = NewClusterMarkerWriter(b.Markers, groups, topo, ib, interBrokerOpts(listenerProtocol(cfg, ib),
+			interBrokerTLS(cfg, ib, log.Named("tls"))), log.Named("txn"))
+		partitions, groups = b.remote, b.remote.Groups()
+	}
 	var txnInc string
 	var txnPublish func() bool
 	if b.cluster != nil {
@@ -198,8 +212,8 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		ReaperInterval: cfg.TransactionReapInterval,
 		AllocPID:       pids.Next,
 		OwnsSlot:       func(slot int) bool { return topo.TxnSlot(slot).Local },
-		Partitions:     b.Markers,
-		Groups:         groupCompleter{b.Groups},
+		Partitions:     partitions,
+		Groups:         groups,
 		IDExpiration:   cfg.TransactionalIDExpiration,
 		Logger:         log.Named("txn"),
 	}); err != nil {
@@ -306,6 +320,9 @@ func (b *Broker) close() error {
 	}
 	if b.Txn != nil {
 		b.Txn.Close()
+	}
+	if b.remote != nil {
+		b.remote.Close() // fails what is still in flight: those transactions stay prepared
 	}
 	if b.Markers != nil {
 		b.Markers.Close()

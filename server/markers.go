@@ -17,6 +17,7 @@ package server
 // a non-leader).
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,14 @@ type MarkerWriter struct {
 	// swallow (tests only) makes WriteMarkers never answer: the broker then stops exactly
 	// between "Prepare* durable" and "markers written", as a crash there would.
 	swallow atomic.Bool
+
+	// Set by the broker wiring before serving: the group coordinator and its store, which
+	// complete a producer's staged offsets when a WriteTxnMarkers names a __consumer_offsets
+	// partition this broker owns (design/cluster.md §6 step 4); publish is Rule P for those
+	// answers (nil: always).
+	groups  *group.Coordinator
+	offsets *storage.GroupStore
+	publish func() bool
 }
 
 var _ txn.PartitionWriter = (*MarkerWriter)(nil)
@@ -143,6 +152,59 @@ func (w *MarkerWriter) WriteMarkers(batch []txn.MarkerRequest, done func([]txn.M
 	}
 	finish()
 }
+
+// completeShard completes every staging of producerID in group shard: Apache's
+// GroupCoordinator.scheduleHandleTxnCompletion for a marker on a __consumer_offsets partition.
+// The transaction coordinator names only the shard (the wire carries no group), so every group
+// of the shard with offsets staged by the producer is completed, each durably (one record per
+// group), and done gets NONE once all are; NOT_LEADER_OR_FOLLOWER if the shard is not (or no
+// longer) served here, KAFKA_STORAGE_ERROR if a record could not be written. A producer with
+// nothing staged in the shard (a resend after a lost answer) answers NONE: completion is
+// idempotent.
+func (w *MarkerWriter) completeShard(shard int32, producerID int64, commit bool, done func(code int16)) {
+	if w == nil || w.groups == nil || w.offsets == nil {
+		done(codec.CodeCoordinatorNotAvailable)
+		return
+	}
+	var todo []string
+	for _, g := range w.offsets.Groups() {
+		if int32(topology.GroupShard(g)) != shard {
+			continue
+		}
+		for _, pid := range w.offsets.PendingProducers(g) {
+			if pid == producerID {
+				todo = append(todo, g)
+				break
+			}
+		}
+	}
+	if len(todo) == 0 {
+		done(codec.CodeNone)
+		return
+	}
+	var left atomic.Int32
+	var worst atomic.Int32 // the first non-NONE code
+	left.Store(int32(len(todo)))
+	for _, g := range todo {
+		w.groups.CompleteTxnOffsets(g, producerID, commit, func(err error) {
+			if err != nil {
+				code := codec.CodeKafkaStorageError
+				if errors.Is(err, group.ErrNotRunning) {
+					code = codec.CodeNotLeaderForPartition // the shard left this broker
+				}
+				w.log.Warn("cannot complete transactional offsets for a remote coordinator", zap.String("group", g),
+					zap.Int32("shard", shard), zap.Int64("producerId", producerID), zap.Error(err))
+				worst.CompareAndSwap(0, int32(code))
+			}
+			if left.Add(-1) == 0 {
+				done(int16(worst.Load()))
+			}
+		})
+	}
+}
+
+// publishable is Rule P for the answers of WriteTxnMarkers.
+func (w *MarkerWriter) publishable() bool { return w == nil || w.publish == nil || w.publish() }
 
 // groupCompleter adapts the group coordinator to txn.GroupCompleter (the producer epoch is not
 // needed locally: the group's staged offsets are keyed by producer id).

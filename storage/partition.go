@@ -566,6 +566,12 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 			res.Code = code
 			return res
 		}
+		if p.resentMarkerLocked(b.ProducerID(), b.ProducerEpoch(), coordEpoch, nowMs) {
+			// Nothing to write; the caller's Sync to the log end covers the first copy.
+			res.BaseOffset, res.LastOffset, res.Duplicate = p.leoLocal-1, p.leoLocal-1, true
+			p.mu.Unlock()
+			return res
+		}
 	}
 	if kind == kindClient {
 		code, dup, isDup := p.producers.check(b, &p.topic.store.fences, guard)

@@ -333,6 +333,26 @@ func (p *Partition) checkMarkerLocked(pid int64, epoch int16, coordEpoch int32) 
 	return codec.CodeNone
 }
 
+// resentMarkerLocked reports whether a marker for (pid, epoch) from coordinator epoch coordEpoch
+// would repeat the last one: the producer's transaction here is already closed by a marker of
+// the same producer epoch and coordinator epoch, so this one closes nothing and changes no
+// state. That is a coordinator resending after a lost answer (design/cluster.md §4: a marker
+// request that timed out is sent again), and it is not written a second time. The verification
+// guard is dropped as a written marker would drop it, so a late first write of the ended
+// transaction still needs a fresh verification.
+func (p *Partition) resentMarkerLocked(pid int64, epoch int16, coordEpoch int32, nowMs int64) bool {
+	e := p.producers.m[pid]
+	if e == nil || e.txn != nil || e.epoch != epoch || coordEpoch < 0 || e.coordEpoch != coordEpoch {
+		return false
+	}
+	delete(p.producers.guards, pid)
+	if nowMs > e.touchMs {
+		e.touchMs = nowMs
+	}
+	markersResentTotal.Inc()
+	return true
+}
+
 // controlCoordinatorEpoch reads the coordinator epoch from a marker's value (int16 version,
 // int32 coordinatorEpoch).
 func controlCoordinatorEpoch(b codec.Batch) (int32, bool) {

@@ -252,14 +252,14 @@ func TestMarkerWithoutOngoingTxn(t *testing.T) {
 	mustMarker(t, p, 9, 0, false, 0) // unknown producer (kafka-transactions abort, coordinator retry)
 	txnAppend(t, p, 9, 0, 0, 1)
 	mustMarker(t, p, 9, 0, false, 0)
-	mustMarker(t, p, 9, 0, false, 0) // retry after the transaction was closed
-	if p.LogEndOffset() != 4 {
-		t.Fatalf("LEO %d: every marker is written", p.LogEndOffset())
+	mustMarker(t, p, 9, 0, false, 0) // retry after the transaction was closed: not written again
+	if p.LogEndOffset() != 3 {
+		t.Fatalf("LEO %d: every marker but the resend is written", p.LogEndOffset())
 	}
 	if got := p.AbortedTransactions(0, 10); !reflect.DeepEqual(got, []AbortedTxn{{9, 1, 2}}) {
 		t.Fatalf("aborted %+v: only the marker that closed data may create an entry", got)
 	}
-	if p.LastStableOffset() != 4 {
+	if p.LastStableOffset() != 3 {
 		t.Fatalf("LSO %d", p.LastStableOffset())
 	}
 }
@@ -898,5 +898,60 @@ func TestProducerIDExpirationRemovesIdleState(t *testing.T) {
 	infos := s.Topic("t").Partition(0).Producers()
 	if len(infos) != 1 || infos[0].ProducerID != 2 {
 		t.Fatalf("producers after expiration and restart: %+v", infos)
+	}
+}
+
+// TestResentMarkerIsNotWrittenTwice guards the resend path of cross-broker markers: a
+// coordinator that lost the answer to a marker sends it again; the partition must not write a
+// second control batch, must keep the LSO at the high watermark, must answer the retry only once
+// the first copy is durable, and must still write a marker that differs (a newer coordinator
+// epoch, or a newer producer epoch).
+func TestResentMarkerIsNotWrittenTwice(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := newPartition(t, s, nil)
+	txnAppend(t, p, 7, 0, 0, 2) // 0-1
+	first := p.AppendMarker(7, 0, true, 3, 1000)
+	wantCode(t, "marker", first, codec.CodeNone)
+	// The resend arrives before the first copy is durable: it is answered with the log end,
+	// and its Sync waits for the first copy.
+	again := p.AppendMarker(7, 0, true, 3, 1001)
+	wantCode(t, "resent marker", again, codec.CodeNone)
+	if !again.Duplicate || again.LastOffset != first.LastOffset {
+		t.Fatalf("resent marker %+v, want a duplicate at offset %d", again, first.LastOffset)
+	}
+	if err := syncWait(p, again.LastOffset+1); err != nil {
+		t.Fatal(err)
+	}
+	if p.HighWatermark() < first.LastOffset+1 {
+		t.Fatalf("resent marker answered before the first copy is durable: HWM %d", p.HighWatermark())
+	}
+	if leo := p.LogEndOffset(); leo != 3 {
+		t.Fatalf("log end %d after a marker and its resend, want 3 (one control batch)", leo)
+	}
+	if lso, hwm := p.LastStableOffset(), p.HighWatermark(); lso != hwm {
+		t.Fatalf("LSO %d, HWM %d after the resend", lso, hwm)
+	}
+	// An ABORT resend of an aborted transaction adds no second aborted-index entry either.
+	txnAppend(t, p, 8, 0, 0, 1) // 3
+	mustMarker(t, p, 8, 0, false, 3)
+	mustMarker(t, p, 8, 0, false, 3)
+	if got := p.AbortedTransactions(0, p.HighWatermark()); len(got) != 1 || got[0].ProducerID != 8 {
+		t.Fatalf("aborted index %+v, want one entry for producer 8", got)
+	}
+	if leo := p.LogEndOffset(); leo != 5 {
+		t.Fatalf("log end %d, want 5", leo)
+	}
+	// A newer coordinator (a slot successor re-driving) or a bumped producer epoch (a fence) is
+	// not a resend: it is written and records its epochs.
+	if r := mustMarker(t, p, 7, 0, true, 4); r.Duplicate || r.LastOffset != 5 {
+		t.Fatalf("marker from a newer coordinator epoch %+v, want written at 5", r)
+	}
+	if r := mustMarker(t, p, 7, 1, false, 4); r.Duplicate || r.LastOffset != 6 {
+		t.Fatalf("marker at a bumped producer epoch %+v, want written at 6", r)
+	}
+	wantCode(t, "marker from the older coordinator", p.AppendMarker(7, 1, false, 3, 1002), codec.CodeTransactionCoordinatorFenced)
+	if lso, hwm := p.LastStableOffset(), p.HighWatermark(); lso != hwm || hwm != 7 {
+		t.Fatalf("LSO %d, HWM %d, want both 7", lso, hwm)
 	}
 }
