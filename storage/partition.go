@@ -170,6 +170,11 @@ type Partition struct {
 	// record is left in releaseRec.
 	nameEpoch   int32
 	snapOK      func(snapFile) bool
+
+	// Log cleaner (cleaner.go): cleanedTo is where the last clean ended (the first dirty
+	// offset, persisted in cleaner.checkpoint); cleanerOffline is set by a cleaner error.
+	cleanedTo      atomic.Int64
+	cleanerOffline atomic.Bool
 	sealOnClose bool
 	releaseRec  ReleaseRecord
 }
@@ -265,6 +270,11 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 //     missing or invalid, the replay starts from a snapshot at or below that segment (or the log
 //     start), which covers it, and the file is rewritten.
 func (p *Partition) recoverLog() error {
+	// A clean interrupted by a crash: finish or roll back its swap first (cleaner.go).
+	if err := recoverCleanerSwap(p.dir, p.log); err != nil {
+		return err
+	}
+	p.cleanedTo.Store(loadCleanerCheckpoint(p.dir))
 	ents, err := os.ReadDir(p.dir)
 	if err != nil {
 		return err
@@ -1555,8 +1565,9 @@ func (p *Partition) retain(now time.Time) {
 		s := segs[drop]
 		size := s.size.Load()
 		next, maxTs, _ := s.stats()
-		byTime := cfg.RetentionMs >= 0 && (maxTs < 0 || nowMs-maxTs > cfg.RetentionMs)
-		byBytes := cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
+		// cleanup.policy=compact alone: no time or size retention (Apache).
+		byTime := cfg.deletes() && cfg.RetentionMs >= 0 && (maxTs < 0 || nowMs-maxTs > cfg.RetentionMs)
+		byBytes := cfg.deletes() && cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
 		belowStart := next <= p.logStart.Load() // DeleteRecords moved the start past it
 		if !byTime && !byBytes && !belowStart && size > 0 {
 			break

@@ -1,0 +1,559 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// kv is one keyed record of a test batch; a nil value is a tombstone.
+type kv struct {
+	key   string
+	value []byte
+}
+
+// makeKeyed encodes a v2 batch of keyed records (see makeBatch).
+func makeKeyed(t testing.TB, pid int64, epoch int16, seq int32, txn bool, ts int64, recs []kv) codec.Batch {
+	t.Helper()
+	if pid < 0 {
+		seq, epoch = -1, -1
+	}
+	var body []byte
+	for i, r := range recs {
+		rec := kmsg.Record{TimestampDelta64: int64(i), OffsetDelta: int32(i), Key: []byte(r.key), Value: r.value}
+		enc := rec.AppendTo(nil)
+		rec.Length = int32(len(enc) - 1)
+		body = rec.AppendTo(body)
+	}
+	var attrs int16
+	if txn {
+		attrs = codec.AttrTransactional
+	}
+	rb := kmsg.RecordBatch{Attributes: attrs,
+		Length: int32(codec.BatchHeaderSize - codec.LogOverhead + len(body)), PartitionLeaderEpoch: -1, Magic: 2,
+		LastOffsetDelta: int32(len(recs) - 1), FirstTimestamp: ts, MaxTimestamp: ts + int64(len(recs)-1),
+		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: seq, NumRecords: int32(len(recs)), Records: body,
+	}
+	b := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	v, code := codec.ValidateProduce(b, codec.ValidateOptions{})
+	if code != codec.CodeNone {
+		t.Fatalf("test batch invalid: code %d", code)
+	}
+	return v
+}
+
+// compactModel is what a read_committed consumer must end up with: the latest committed value
+// of every key (nil: deleted).
+type compactModel struct {
+	latest map[string][]byte
+	seqs   map[int64]int32 // next sequence per producer
+}
+
+const cleanerTestTopicDeleteRetention = 1000
+
+// runCompactWorkload writes a random keyed workload: plain idempotent batches, transactions of
+// three producers that commit or abort, tombstones, across many small segments. Every
+// transaction is closed at the end.
+func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *compactModel {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	m := &compactModel{latest: map[string][]byte{}, seqs: map[int64]int32{}}
+	// Every write with its offset; a transaction's writes count once it commits. The latest
+	// committed write of a key by offset is what a read_committed consumer ends with.
+	type write struct {
+		off   int64
+		key   string
+		value []byte
+		txn   int // 0: not transactional
+	}
+	var writes []write
+	committed := map[int]bool{0: true}
+	openTxn := map[int64]int{} // pid → transaction number
+	txnNo := 0
+	const plain = 9
+	batch := func(n int) []kv {
+		recs := make([]kv, n)
+		for i := range recs {
+			var v []byte
+			if rng.IntN(8) != 0 {
+				v = []byte(fmt.Sprintf("v%d-%d", seed, rng.IntN(1_000_000)))
+			}
+			recs[i] = kv{fmt.Sprintf("k%02d", rng.IntN(40)), v}
+		}
+		return recs
+	}
+	record := func(base int64, recs []kv, txn int) {
+		for i, r := range recs {
+			writes = append(writes, write{base + int64(i), r.key, r.value, txn})
+		}
+	}
+	closeTxn := func(pid int64, commit bool) {
+		mustMarker(t, p, pid, 0, commit, 0)
+		committed[openTxn[pid]] = commit
+		delete(openTxn, pid)
+	}
+	for step := 0; step < steps; step++ {
+		switch x := rng.IntN(10); {
+		case x < 5:
+			recs := batch(1 + rng.IntN(4))
+			seq := m.seqs[plain]
+			r := mustAppend(t, p, makeKeyed(t, plain, 0, seq, false, 1000+int64(step), recs), 0)
+			m.seqs[plain] = seq + int32(len(recs))
+			record(r.BaseOffset, recs, 0)
+		case x < 8:
+			pid := int64(100 + rng.IntN(3))
+			if _, ok := openTxn[pid]; !ok {
+				txnNo++
+				openTxn[pid] = txnNo
+			}
+			recs := batch(1 + rng.IntN(3))
+			seq := m.seqs[pid]
+			g, ongoing := p.VerificationGuard(pid, 0)
+			if ongoing {
+				g = 0
+			}
+			r := p.AppendTxn(makeKeyed(t, pid, 0, seq, true, 1000+int64(step), recs), 0, g)
+			if r.Code != codec.CodeNone {
+				t.Fatalf("txn append: code %d", r.Code)
+			}
+			if err := syncWait(p, r.LastOffset+1); err != nil {
+				t.Fatal(err)
+			}
+			m.seqs[pid] = seq + int32(len(recs))
+			record(r.BaseOffset, recs, openTxn[pid])
+		default:
+			for pid := int64(100); pid < 103; pid++ {
+				if _, ok := openTxn[pid]; ok {
+					closeTxn(pid, rng.IntN(3) != 0)
+					break
+				}
+			}
+		}
+	}
+	for pid := int64(100); pid < 103; pid++ {
+		if _, ok := openTxn[pid]; ok {
+			closeTxn(pid, true)
+		}
+	}
+	for _, w := range writes { // in offset order
+		if committed[w.txn] {
+			m.latest[w.key] = w.value
+		}
+	}
+	return m
+}
+
+// committedView reads the partition as a read_committed consumer does: aborted transactions'
+// records and markers are dropped, the last value of a key wins. It also returns how many
+// times each key occurs in the batches below upTo, and the number of control batches there.
+func committedView(t *testing.T, p *Partition, upTo int64) (view map[string][]byte, occ map[string]int, markers int) {
+	t.Helper()
+	view, occ = map[string][]byte{}, map[string]int{}
+	lso := p.LastStableOffset()
+	aborted := p.AbortedTransactions(p.LogStartOffset(), lso)
+	inAborted := func(b codec.Batch) bool {
+		for _, a := range aborted {
+			if a.ProducerID == b.ProducerID() && a.FirstOffset <= b.BaseOffset() && b.BaseOffset() < a.LastOffset {
+				return true
+			}
+		}
+		return false
+	}
+	for _, b := range readAll(t, p, p.LogStartOffset()) {
+		if b.BaseOffset() >= lso {
+			break
+		}
+		if b.IsControl() {
+			if b.BaseOffset() < upTo {
+				markers++
+			}
+			continue
+		}
+		if b.IsTransactional() && inAborted(b) {
+			continue
+		}
+		if err := walkRecords(b, func(r *rawRecord) error {
+			k := string(r.key)
+			if b.BaseOffset() < upTo {
+				occ[k]++
+			}
+			if r.tombstone {
+				view[k] = nil
+			} else {
+				view[k] = append([]byte(nil), recordValue(t, r)...)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return view, occ, markers
+}
+
+// recordValue extracts the value of a parsed record.
+func recordValue(t *testing.T, r *rawRecord) []byte {
+	t.Helper()
+	q := r.rest
+	_, k := binary.Varint(q) // offset delta
+	q = q[k:]
+	kl, k := binary.Varint(q)
+	q = q[k:]
+	if kl > 0 {
+		q = q[kl:]
+	}
+	vl, k := binary.Varint(q)
+	return q[k : k+int(vl)]
+}
+
+// liveOf drops deleted keys: a consumer cannot tell a tombstone from an absent key.
+func liveOf(m map[string][]byte) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if v != nil {
+			out[k] = string(v)
+		}
+	}
+	return out
+}
+
+func sameLive(t *testing.T, what string, got map[string][]byte, want map[string][]byte) {
+	t.Helper()
+	g, w := liveOf(got), liveOf(want)
+	if len(g) != len(w) {
+		t.Fatalf("%s: %d live keys, want %d", what, len(g), len(w))
+	}
+	for k, v := range w {
+		if g[k] != v {
+			t.Fatalf("%s: key %s = %q, want %q", what, k, g[k], v)
+		}
+	}
+}
+
+func compactTopic(t *testing.T, s *Store) *Partition {
+	t.Helper()
+	return newPartition(t, s, map[string]string{"cleanup.policy": "compact", "segment.bytes": "2048",
+		"delete.retention.ms": fmt.Sprint(cleanerTestTopicDeleteRetention), "min.cleanable.dirty.ratio": "0.01"})
+}
+
+var cleanerT0 = time.UnixMilli(10_000_000)
+
+// TestCleanerModel: random keyed and transactional workloads with aborts; after a clean a
+// read_committed read gives exactly the latest committed value of every key, each key occurs
+// at most once in the cleaned range, tombstones and markers go once delete.retention.ms passed
+// since the clean that first saw them, and the state survives a restart.
+func TestCleanerModel(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir)
+			p := compactTopic(t, s)
+			m := runCompactWorkload(t, p, seed, 400)
+			before, _, _ := committedView(t, p, 0)
+			sameLive(t, "before clean", before, m.latest)
+			lso := p.LastStableOffset()
+			states := map[int64]int32{}
+			for pid := range m.seqs {
+				_, seq, _, _ := p.ProducerState(pid)
+				states[pid] = seq
+			}
+
+			aborts := 0
+			for _, b := range readAll(t, p, 0) {
+				if b.IsControl() && codec.ControlType(b) == codec.ControlAbort {
+					aborts++
+				}
+			}
+			if err := s.RunCleaner(cleanerT0); err != nil {
+				t.Fatal(err)
+			}
+			to := p.cleanedTo.Load()
+			if aborts == 0 || len(p.AbortedTransactions(0, to)) == 0 {
+				t.Fatalf("workload has %d ABORT markers, %d in the cleaned range after the first clean", aborts, len(p.AbortedTransactions(0, to)))
+			}
+			if to == 0 {
+				t.Fatal("nothing cleaned")
+			}
+			view, occ, _ := committedView(t, p, to)
+			sameLive(t, "after clean", view, m.latest)
+			for k, n := range occ {
+				if n > 1 {
+					t.Fatalf("key %s occurs %d times in the cleaned range", k, n)
+				}
+			}
+			if p.LastStableOffset() != lso {
+				t.Fatalf("LSO %d after clean, was %d", p.LastStableOffset(), lso)
+			}
+			tombs := func() int {
+				n := 0
+				for _, b := range readAll(t, p, p.LogStartOffset()) {
+					if b.BaseOffset() >= to || b.IsControl() {
+						continue
+					}
+					_ = walkRecords(b, func(r *rawRecord) error {
+						if r.tombstone {
+							n++
+						}
+						return nil
+					})
+				}
+				return n
+			}
+			hadTombs := tombs()
+
+			// Within delete.retention.ms nothing more goes; then tombstones go, and markers whose
+			// transactions have no record left go one horizon later.
+			if err := s.RunCleaner(cleanerT0.Add(cleanerTestTopicDeleteRetention * time.Millisecond / 2)); err != nil {
+				t.Fatal(err)
+			}
+			if n := tombs(); n != hadTombs {
+				t.Fatalf("%d tombstones before delete.retention.ms, want %d", n, hadTombs)
+			}
+			for i := 1; i <= 3; i++ {
+				if err := s.RunCleaner(cleanerT0.Add(time.Duration(i) * (cleanerTestTopicDeleteRetention + 1) * time.Millisecond)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if hadTombs == 0 {
+				t.Fatal("workload wrote no tombstone into the cleaned range")
+			}
+			if n := tombs(); n != 0 {
+				t.Fatalf("%d tombstones left after delete.retention.ms", n)
+			}
+			view, _, markers := committedView(t, p, to)
+			sameLive(t, "after tombstone removal", view, m.latest)
+			for _, a := range p.AbortedTransactions(0, to) {
+				if a.LastOffset < to {
+					t.Fatalf("aborted index still names a removed transaction: %+v", a)
+				}
+			}
+			// No ABORT marker is left in the cleaned range: their records went in the first clean,
+			// the second stamped their horizon, the third removed them.
+			for _, b := range readAll(t, p, p.LogStartOffset()) {
+				if b.BaseOffset() < to && b.IsControl() && codec.ControlType(b) == codec.ControlAbort {
+					t.Fatalf("ABORT marker at %d left after its delete horizon", b.BaseOffset())
+				}
+			}
+			if markers == 0 {
+				t.Log("no COMMIT marker kept in the cleaned range")
+			}
+			for pid, seq := range states {
+				if _, got, _, _ := p.ProducerState(pid); got != seq {
+					t.Fatalf("producer %d last sequence %d after clean, was %d", pid, got, seq)
+				}
+			}
+
+			// Restart (kill -9): the same committed content, producer state and LSO.
+			crash(s)
+			s = openStore(t, dir)
+			defer s.Close()
+			p = s.Topic("t").Partition(0)
+			view, _, _ = committedView(t, p, 0)
+			sameLive(t, "after restart", view, m.latest)
+			for pid, seq := range states {
+				if _, got, _, _ := p.ProducerState(pid); got != seq {
+					t.Fatalf("producer %d last sequence %d after restart, was %d", pid, got, seq)
+				}
+			}
+			if p.LastStableOffset() != lso {
+				t.Fatalf("LSO %d after restart, was %d", p.LastStableOffset(), lso)
+			}
+			// Idempotence across the clean: the next sequence is accepted, a duplicate is not
+			// appended twice.
+			seq := m.seqs[100]
+			if seq > 0 {
+				g, _ := p.VerificationGuard(100, 0)
+				r := p.AppendTxn(makeKeyed(t, 100, 0, seq, true, 5000, []kv{{"k00", []byte("x")}}), 0, g)
+				if r.Code != codec.CodeNone {
+					t.Fatalf("append after clean: code %d", r.Code)
+				}
+			}
+		})
+	}
+}
+
+// fileSet hashes every segment file (.log, .index, .timeindex, .txnindex) of dir.
+func fileSet(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		for _, ext := range cleanedExts {
+			if strings.HasSuffix(e.Name(), ext) {
+				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[e.Name()] = fmt.Sprintf("%x", crc32.ChecksumIEEE(b))
+			}
+		}
+	}
+	return out
+}
+
+// TestCleanerCrashAtEachSwapStep: a kill -9 at each step of a clean leaves the old segment set
+// or the new one (never a mix), reads give the same committed content, and a clean after the
+// restart succeeds.
+func TestCleanerCrashAtEachSwapStep(t *testing.T) {
+	// The new set, from a clean that is not interrupted.
+	refDir := t.TempDir()
+	ref := openStore(t, refDir, withoutWAL)
+	rp := compactTopic(t, ref)
+	m := runCompactWorkload(t, rp, 42, 300)
+	pdir := rp.dir
+	if err := ref.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ref = openStore(t, refDir, withoutWAL)
+	oldSet := fileSet(t, pdir)
+	if err := ref.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	newSet := fileSet(t, pdir)
+	ref.Close()
+
+	steps := []string{"before-dir-sync", "before-marker", "mid-rename", "before-final-dir-sync", "before-marker-removal"}
+	for _, step := range steps {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir, withoutWAL)
+			p := compactTopic(t, s)
+			runCompactWorkload(t, p, 42, 300)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openStore(t, dir, withoutWAL)
+			p = s.Topic("t").Partition(0)
+			if got := fileSet(t, p.dir); !sameFiles(got, oldSet) {
+				t.Fatal("workload is not deterministic: old sets differ")
+			}
+			cleanerCrashAt = func(at string) bool { return at == step }
+			err := s.RunCleaner(cleanerT0)
+			cleanerCrashAt = nil
+			if !errors.Is(err, errCrashInjected) {
+				t.Fatalf("clean: %v, want the injected crash", err)
+			}
+			crash(s)
+			s = openStore(t, dir, withoutWAL)
+			defer s.Close()
+			p = s.Topic("t").Partition(0)
+			got := fileSet(t, p.dir)
+			switch {
+			case sameFiles(got, oldSet):
+				if step == "mid-rename" || step == "before-final-dir-sync" || step == "before-marker-removal" {
+					t.Fatal("rolled back after the swap marker was written")
+				}
+			case sameFiles(got, newSet):
+				if step == "before-dir-sync" || step == "before-marker" {
+					t.Fatal("rolled forward without a swap marker")
+				}
+			default:
+				t.Fatalf("after a crash at %s the segment files are neither the old nor the new set", step)
+			}
+			ents, _ := os.ReadDir(p.dir)
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), cleanedSuffix) || e.Name() == cleanerSwapName {
+					t.Fatalf("%s left behind", e.Name())
+				}
+			}
+			view, _, _ := committedView(t, p, 0)
+			sameLive(t, "after crash", view, m.latest)
+			if err := s.RunCleaner(cleanerT0); err != nil {
+				t.Fatal(err)
+			}
+			view, _, _ = committedView(t, p, 0)
+			sameLive(t, "after a clean following the crash", view, m.latest)
+		})
+	}
+}
+
+func sameFiles(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCleanerErrorTakesCleaningOffline: a write failure while cleaning leaves the partition
+// serving (produce and fetch) with its cleaning offline and the error counted.
+func TestCleanerErrorTakesCleaningOffline(t *testing.T) {
+	ffs := &faultFS{}
+	s := openStore(t, "", withoutWAL, func(c *Config) { c.FS = ffs })
+	defer s.Close()
+	p := compactTopic(t, s)
+	m := runCompactWorkload(t, p, 3, 200)
+	errs := cleanerErrorsTotal.Get()
+	ffs.set(func(f *faultFS) { f.match = cleanedSuffix; f.writeErr = errors.New("EIO") })
+	if err := s.RunCleaner(cleanerT0); err == nil {
+		t.Fatal("clean succeeded despite the write failure")
+	}
+	ffs.set(func(f *faultFS) { f.match = ""; f.writeErr = nil })
+	if !p.CleaningOffline() || cleanerErrorsTotal.Get() != errs+1 {
+		t.Fatalf("offline %v, errors %d (was %d)", p.CleaningOffline(), cleanerErrorsTotal.Get(), errs)
+	}
+	view, _, _ := committedView(t, p, 0)
+	sameLive(t, "after the failed clean", view, m.latest)
+	mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 9000, []kv{{"k01", []byte("after")}}), 0)
+	ents, _ := os.ReadDir(p.dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), cleanedSuffix) {
+			t.Fatalf("%s left behind by the failed clean", e.Name())
+		}
+	}
+}
+
+// TestReadAcrossCompactionGaps: a fetch at an offset a clean removed returns the next batch
+// after the gap, and a fetch from the start walks every gap.
+func TestReadAcrossCompactionGaps(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := compactTopic(t, s)
+	for i := 0; i < 200; i++ {
+		mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, int64(1000+i), []kv{{fmt.Sprintf("k%d", i%5), []byte(fmt.Sprint(i))}}), 0)
+	}
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	to := p.cleanedTo.Load()
+	all := readAll(t, p, 0)
+	var offs []int64
+	for _, b := range all {
+		offs = append(offs, b.BaseOffset())
+	}
+	if !sort.SliceIsSorted(offs, func(i, j int) bool { return offs[i] < offs[j] }) || int64(len(all)) >= to {
+		t.Fatalf("no gaps below %d: %d batches", to, len(all))
+	}
+	for o := int64(0); o < to; o++ {
+		buf, code := p.Read(nil, o, 1, p.HighWatermark())
+		if code != codec.CodeNone || len(buf) == 0 {
+			t.Fatalf("read at %d: code %d, %d bytes", o, code, len(buf))
+		}
+		b, _, _ := codec.FrameBatch(buf)
+		if b.LastOffset() < o {
+			t.Fatalf("read at %d returned batch ending at %d", o, b.LastOffset())
+		}
+		i := sort.Search(len(offs), func(i int) bool { return offs[i] >= o })
+		if b.BaseOffset() != offs[i] {
+			t.Fatalf("read at %d returned batch %d, want %d", o, b.BaseOffset(), offs[i])
+		}
+	}
+}
