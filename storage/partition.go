@@ -320,7 +320,7 @@ func (p *Partition) recoverLog() error {
 		segs = append(segs, seg)
 		p.segs.Store(&segs) // so closeFiles sees it on error
 		if i == len(bases)-1 {
-			cut, zeroTail, err := seg.recover(p.interval)
+			cut, zeroTail, err := seg.recover(p.interval, false)
 			if err != nil {
 				return err
 			}
@@ -355,7 +355,7 @@ func (p *Partition) recoverLog() error {
 		if seg.loadIndexes(st.Size(), bases[i+1]) {
 			continue
 		}
-		cut, zeroTail, err := seg.recover(p.interval)
+		cut, zeroTail, err := seg.recover(p.interval, true) // closed: may be a cleaned segment
 		if err != nil {
 			return err
 		}

@@ -488,7 +488,7 @@ func (s *segment) resetIndexes() {
 // header: that is the normal end of a pre-zeroed segment (zeroTo), not corruption. A zero length
 // field never frames (12 < the 61-byte header), so zeros are never taken for a batch. The caller
 // fsyncs the file afterwards.
-func (s *segment) recover(interval int64) (cut int64, zeroTail bool, err error) {
+func (s *segment) recover(interval int64, gaps bool) (cut int64, zeroTail bool, err error) {
 	st, err := s.f.Stat()
 	if err != nil {
 		return 0, false, err
@@ -503,7 +503,7 @@ func (s *segment) recover(interval int64) (cut int64, zeroTail bool, err error) 
 		if err != nil {
 			return 0, false, err
 		}
-		if status != batchOK || !validStoredBatch(b, expect) {
+		if status != batchOK || !validStoredBatch(b, expect, gaps) {
 			break
 		}
 		s.track(b, pos, interval, b.MaxTimestamp())
@@ -552,7 +552,7 @@ func (s *segment) scanTo(interval, limit int64) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if status != batchOK || !validStoredBatch(b, expect) {
+		if status != batchOK || !validStoredBatch(b, expect, false) {
 			break
 		}
 		s.track(b, pos, interval, b.MaxTimestamp())
@@ -573,12 +573,13 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// validStoredBatch checks what recovery relies on: magic 2, CRC32C, a base offset at or past the
-// expected one, and sane header counts. Past, not equal: a segment rewritten by the cleaner
-// (cleaner.go) has offset gaps, as Apache's compacted segments do; appends never leave one
-// inside a segment, and the CRC and framing still catch torn or stale bytes.
-func validStoredBatch(b codec.Batch, expectBase int64) bool {
-	return len(b) >= codec.BatchHeaderSize && b.Magic() == 2 && b.BaseOffset() >= expectBase &&
+// validStoredBatch checks what recovery relies on: magic 2, CRC32C, the expected base offset (or,
+// with gaps, one at or past it), and sane header counts. gaps is for closed segments only: one
+// rewritten by the cleaner (cleaner.go) has offset gaps, as Apache's compacted segments do. The
+// active segment is never cleaned, so there a jump is a stale or foreign batch and ends the log.
+func validStoredBatch(b codec.Batch, expectBase int64, gaps bool) bool {
+	return len(b) >= codec.BatchHeaderSize && b.Magic() == 2 &&
+		(b.BaseOffset() == expectBase || (gaps && b.BaseOffset() > expectBase)) &&
 		b.LastOffsetDelta() >= 0 && b.CRCValid()
 }
 
