@@ -383,6 +383,10 @@ func (s *Store) RunCleaner(now time.Time) error {
 	return c.runOnce(true)
 }
 
+// FirstDirtyOffset is where the last clean of this partition ended: offsets below it are
+// compacted (0 before the first clean).
+func (p *Partition) FirstDirtyOffset() int64 { return p.cleanedTo.Load() }
+
 // CleaningOffline reports whether a cleaner error took this partition's cleaning offline.
 func (p *Partition) CleaningOffline() bool { return p.cleanerOffline.Load() }
 
