@@ -155,6 +155,16 @@ func (c *TopicConfig) inertInt(name string) int64 {
 	return n
 }
 
+// maxSegmentMs is when the active segment rolls by time: segment.ms, or on a compacted topic
+// max.compaction.lag.ms if smaller, so the records of a quiet active segment still become
+// cleanable within the lag (Apache LogConfig.maxSegmentMs, KIP-354).
+func (c *TopicConfig) maxSegmentMs() int64 {
+	if c.CleanupPolicy == "delete" {
+		return c.SegmentMs
+	}
+	return min(c.SegmentMs, c.MaxCompactionLagMs())
+}
+
 // DeleteRetentionMs is delete.retention.ms.
 func (c *TopicConfig) DeleteRetentionMs() int64 { return c.inertInt("delete.retention.ms") }
 

@@ -557,3 +557,117 @@ func TestReadAcrossCompactionGaps(t *testing.T) {
 		}
 	}
 }
+
+// fillKeys appends n single-record batches cycling over keys, timestamps from ts.
+func fillKeys(t *testing.T, p *Partition, n, keys int, ts int64) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, ts+int64(i), []kv{{fmt.Sprintf("k%d", i%keys), []byte(fmt.Sprintf("value-%06d", i))}}), 0)
+	}
+}
+
+// TestCleanerChoosesByDirtyRatioAndLag: the background check cleans a partition only once its
+// dirty ratio reaches min.cleanable.dirty.ratio, or once its oldest dirty segment waited
+// max.compaction.lag.ms; segments younger than min.compaction.lag.ms are never cleaned.
+func TestCleanerChoosesByDirtyRatioAndLag(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	ts := cleanerT0.UnixMilli()
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact", "segment.bytes": "2048",
+		"min.cleanable.dirty.ratio": "0.9", "min.compaction.lag.ms": "3600000"})
+	fillKeys(t, p, 300, 10, ts)
+	check := func(now time.Time) int64 {
+		c := s.newCleaner()
+		c.cfg.Now = func() time.Time { return now }
+		if err := c.runOnce(false); err != nil {
+			t.Fatal(err)
+		}
+		return p.FirstDirtyOffset()
+	}
+	// Everything is younger than min.compaction.lag.ms.
+	if got := check(cleanerT0); got != 0 {
+		t.Fatalf("cleaned to %d within min.compaction.lag.ms", got)
+	}
+	later := cleanerT0.Add(2 * time.Hour)
+	first := check(later) // all dirty: ratio 1 >= 0.9
+	if first == 0 {
+		t.Fatal("not cleaned with dirty ratio 1")
+	}
+	// A little more dirty data: the ratio stays below 0.9.
+	fillKeys(t, p, 60, 10, ts+1000)
+	if got := check(later); got != first {
+		t.Fatalf("cleaned to %d with a low dirty ratio (was %d)", got, first)
+	}
+	// max.compaction.lag.ms forces it.
+	if err := s.AlterTopicConfig("t", map[string]*string{"max.compaction.lag.ms": ptr("3600001")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := check(later.Add(time.Hour)); got <= first {
+		t.Fatalf("max.compaction.lag.ms did not force a clean: %d (was %d)", got, first)
+	}
+}
+
+// TestCompactedActiveSegmentRollsAtMaxCompactionLag: on a compacted topic the active segment
+// rolls once max.compaction.lag.ms passed (when it is below segment.ms), so its records become
+// cleanable (KIP-354).
+func TestCompactedActiveSegmentRollsAtMaxCompactionLag(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact", "max.compaction.lag.ms": "1000"})
+	mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 1, []kv{{"a", []byte("1")}}), 10)
+	mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 2, []kv{{"a", []byte("2")}}), 500)
+	if n := len(*p.segs.Load()); n != 1 {
+		t.Fatalf("%d segments before the lag", n)
+	}
+	mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 3, []kv{{"a", []byte("3")}}), 1010)
+	if n := len(*p.segs.Load()); n != 2 {
+		t.Fatalf("%d segments after max.compaction.lag.ms, want 2", n)
+	}
+}
+
+// TestCompactOnlyTopicIgnoresTimeAndSizeRetention: cleanup.policy=compact alone deletes nothing
+// by retention.ms / retention.bytes; compact,delete does both.
+func TestCompactOnlyTopicIgnoresTimeAndSizeRetention(t *testing.T) {
+	for _, policy := range []string{"compact", "compact,delete"} {
+		s := openStore(t, "")
+		p := newPartition(t, s, map[string]string{"cleanup.policy": policy, "segment.bytes": "1024", "retention.ms": "1", "retention.bytes": "1"})
+		fillKeys(t, p, 100, 10, 1)
+		before := len(*p.segs.Load())
+		s.RunRetention(time.Now())
+		after := len(*p.segs.Load())
+		if policy == "compact" && (after != before || p.LogStartOffset() != 0) {
+			t.Fatalf("compact: retention removed segments (%d -> %d)", before, after)
+		}
+		if policy == "compact,delete" && after != 1 {
+			t.Fatalf("compact,delete: %d segments left, want the active one", after)
+		}
+		s.Close()
+	}
+}
+
+// TestCleanedSegmentWithoutIndexesIsRescanned: a cleaned segment (offset gaps) whose index files
+// are gone is rebuilt by the recovery scan without cutting anything at its gaps.
+func TestCleanedSegmentWithoutIndexesIsRescanned(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	p := compactTopic(t, s)
+	fillKeys(t, p, 300, 7, 1)
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := committedView(t, p, 0)
+	batches := len(readAll(t, p, 0))
+	pdir := p.dir
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	removeAll(t, filesWith(t, pdir, ".index"))
+	s = openStore(t, dir)
+	defer s.Close()
+	p = s.Topic("t").Partition(0)
+	got, _, _ := committedView(t, p, 0)
+	sameLive(t, "after rescan", got, want)
+	if n := len(readAll(t, p, 0)); n != batches {
+		t.Fatalf("%d batches after the rescan, want %d", n, batches)
+	}
+}

@@ -600,7 +600,7 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 		seg.mu.Lock()
 		rollTs := seg.rollTs
 		seg.mu.Unlock()
-		if size+int64(len(b)) > cfg.SegmentBytes || nowMs-rollTs >= cfg.SegmentMs ||
+		if size+int64(len(b)) > cfg.SegmentBytes || nowMs-rollTs >= cfg.maxSegmentMs() ||
 			base+int64(b.LastOffsetDelta())-seg.base > math.MaxInt32 {
 			if err := p.rollLocked(); err != nil {
 				p.mu.Unlock()
