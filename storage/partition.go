@@ -168,15 +168,15 @@ type Partition struct {
 	// (nil: unsuffixed names only). sealOnClose makes a clean shutdown also write the active
 	// segment's indexes, so a successor opens it without a scan (Store.Release); the resulting
 	// record is left in releaseRec.
-	nameEpoch   int32
-	snapOK      func(snapFile) bool
+	nameEpoch int32
+	snapOK    func(snapFile) bool
 
 	// Log cleaner (cleaner.go): cleanedTo is where the last clean ended (the first dirty
 	// offset, persisted in cleaner.checkpoint); cleanerOffline is set by a cleaner error.
 	cleanedTo      atomic.Int64
 	cleanerOffline atomic.Bool
-	sealOnClose bool
-	releaseRec  ReleaseRecord
+	sealOnClose    bool
+	releaseRec     ReleaseRecord
 }
 
 func (p *Partition) config() *TopicConfig { return p.topic.cfg.Load() }

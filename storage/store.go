@@ -41,7 +41,7 @@ type Store struct {
 
 	stopRetention chan struct{}
 	retentionDone chan struct{}
-	cleaner       *cleaner // background log cleaner (cleaner.go), nil when off
+	cleaner       *cleaner       // background log cleaner (cleaner.go), nil when off
 	bg            sync.WaitGroup // background removal of deleted topics
 }
 
