@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -118,5 +119,101 @@ func TestCompactedTopicConsumeAcrossGaps(t *testing.T) {
 	}
 	if c := e.topicConfigs(t, "both")["cleanup.policy"]; c.Value == nil || *c.Value != "delete,compact" || c.Source != kmsg.ConfigSourceDynamicTopicConfig {
 		t.Fatalf("cleanup.policy after append: %+v", c)
+	}
+}
+
+// TestCompactedTopicCompressedBatches: batches compressed by franz-go in each codec are cleaned
+// (decompressed, filtered, recompressed in their codec) and a kgo consumer decodes the result:
+// the latest value of every key, fewer records than were produced.
+func TestCompactedTopicCompressedBatches(t *testing.T) {
+	t.Parallel()
+	e := newAdminEnv(t, func(c *configs.Config) { c.LogCleanerBackoff = 20 * time.Millisecond })
+	store := e.s.deps.Store
+	for _, c := range []struct {
+		name  string
+		codec kgo.CompressionCodec
+		id    int // Kafka's codec id
+	}{{"gzip", kgo.GzipCompression(), 1}, {"snappy", kgo.SnappyCompression(), 2}, {"lz4", kgo.Lz4Compression(), 3}, {"zstd", kgo.ZstdCompression(), 4}} {
+		topic := "z-" + c.name
+		e.create(t, topic, 1, map[string]*string{
+			"cleanup.policy":            kadm.StringPtr("compact"),
+			"segment.bytes":             kadm.StringPtr("4096"),
+			"min.cleanable.dirty.ratio": kadm.StringPtr("0.01"),
+		})
+		cl, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.DefaultProduceTopic(topic),
+			kgo.ProducerBatchCompression(c.codec), kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(2048))
+		if err != nil {
+			t.Fatal(err)
+		}
+		latest := map[string]string{}
+		const n = 2000
+		for i := 0; i < n; i++ {
+			k := fmt.Sprintf("key-%d", i%25)
+			v := fmt.Sprintf("%s-value-%06d-%s", c.name, i, "padding padding padding padding")
+			cl.Produce(e.ctx, &kgo.Record{Key: []byte(k), Value: []byte(v)}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					t.Errorf("produce: %v", err)
+				}
+			})
+			latest[k] = v
+		}
+		if err := cl.Flush(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+		p := store.Topic(topic).Partition(0)
+		checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+			if p.FirstDirtyOffset() == 0 {
+				return fmt.Errorf("%s: not cleaned yet", topic)
+			}
+			return nil
+		})
+		hwm := p.HighWatermark()
+		// The cleaned log still holds batches in the producer's codec.
+		buf, _ := p.Read(nil, 0, 1<<30, hwm)
+		inCodec := 0
+		for len(buf) > 0 {
+			b, ok, _ := codec.FrameBatch(buf)
+			if !ok {
+				break
+			}
+			if b.BaseOffset() < p.FirstDirtyOffset() && b.Compression() == c.id {
+				inCodec++
+			}
+			buf = buf[len(b):]
+		}
+		if inCodec == 0 {
+			t.Fatalf("%s: no cleaned batch in the producer's codec", topic)
+		}
+		cons, err := kgo.NewClient(kgo.SeedBrokers(e.addr), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		records, last := 0, int64(-1)
+		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+		for last < hwm-1 {
+			fs := cons.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				t.Fatalf("%s: consumed up to %d of %d: %v", topic, last, hwm, err)
+			}
+			fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("%s: fetch: %v", topic, err) })
+			fs.EachRecord(func(r *kgo.Record) {
+				last = r.Offset
+				records++
+				got[string(r.Key)] = string(r.Value)
+			})
+		}
+		cancel()
+		cons.Close()
+		if records >= n {
+			t.Fatalf("%s: %d records of %d: nothing compacted", topic, records, n)
+		}
+		for k, v := range latest {
+			if got[k] != v {
+				t.Fatalf("%s: key %s = %q, want %q", topic, k, got[k], v)
+			}
+		}
 	}
 }

@@ -62,10 +62,9 @@ import (
 // the producer state is untouched (the last batch of each producer is kept, and snapshots are
 // taken at rolls, above the cleaned range); the LSO is above the cleaned range by construction.
 //
-// Compressed batches: kaas's storage does not decompress (codec has no decompressor), so a
-// compressed batch is kept whole and its keys are not in the map. To never resurrect a key,
-// tombstones are then not removed from a partition whose cleanable range holds a compressed
-// batch (they stay, like live records). Aborted compressed batches are removed whole.
+// Compressed batches are decompressed to read their keys (cleaner_codec.go), and a batch that
+// loses records is written back in its own codec (Apache does the same); one that keeps all of
+// them is copied as it is. Aborted batches go whole without being decompressed.
 //
 // Cluster mode: not supported yet (the cleaner's files would need the epoch-named scheme of
 // cluster.go); Store.startCleaner refuses with a log line.
@@ -534,17 +533,12 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 	keys := make(map[string]int64)
 	var used int64
 	end := plan.dirtyFrom
-	compressed := false
 	for i := plan.dirtyFrom; i < plan.cleanable; i++ {
 		seg := segs[i]
 		segKeys := make(map[string]int64)
 		var segUsed int64
 		err := forBatches(seg, lim, stop, &st, func(b codec.Batch) error {
 			if b.IsControl() || isAborted(b) {
-				return nil
-			}
-			if b.Compression() != 0 {
-				compressed = true
 				return nil
 			}
 			return walkRecords(b, func(r *rawRecord) error {
@@ -573,15 +567,6 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 		}
 		used += segUsed
 		end = i + 1
-	}
-	// A compressed batch anywhere in the range hides keys from the map (see the file comment).
-	for i := 0; i < plan.dirtyFrom && !compressed; i++ {
-		_ = forBatches(segs[i], nil, stop, &cleanStats{}, func(b codec.Batch) error {
-			if b.Compression() != 0 && !b.IsControl() {
-				compressed = true
-			}
-			return nil
-		})
 	}
 
 	// Pass 2: rewrite [0, end).
@@ -654,15 +639,10 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 				}
 				return nil
 			}
-			if b.Compression() != 0 {
-				if b.IsTransactional() {
-					tracks[pid].retained = true
-				}
-				return write(b)
-			}
 			hz, hasHz := deleteHorizon(b)
-			removeTombstones := hasHz && hz <= nowMs && !compressed
+			removeTombstones := hasHz && hz <= nowMs
 			changed, tombs, kept := false, false, 0
+			bb.start(b, -1)
 			if err := walkRecords(b, func(r *rawRecord) error {
 				if !keepRecord(r, b.BaseOffset(), keys, removeTombstones) {
 					changed = true
@@ -670,6 +650,8 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 				}
 				kept++
 				tombs = tombs || r.tombstone
+				// Collected as they are; re-encoded below only if a horizon is stamped.
+				bb.add(r)
 				return nil
 			}); err != nil {
 				return err
@@ -687,9 +669,16 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			if kept == 0 && !last {
 				return nil
 			}
-			return rebuild(&bb, b, stamp, func(r *rawRecord) bool {
-				return keepRecord(r, b.BaseOffset(), keys, removeTombstones)
-			}, write)
+			if stamp >= 0 {
+				return rebuild(&bb, b, stamp, func(r *rawRecord) bool {
+					return keepRecord(r, b.BaseOffset(), keys, removeTombstones)
+				}, write)
+			}
+			nb, err := bb.finish()
+			if err != nil {
+				return err
+			}
+			return write(nb)
 		})
 		if err != nil {
 			return fail(fmt.Errorf("cannot rewrite segment %d: %w", old.base, err))
@@ -771,7 +760,11 @@ func rebuild(bb *batchBuilder, b codec.Batch, horizon int64, keep func(*rawRecor
 	}); err != nil {
 		return err
 	}
-	return write(bb.finish())
+	nb, err := bb.finish()
+	if err != nil {
+		return err
+	}
+	return write(nb)
 }
 
 func abortedInRange(ab []AbortedTxn, from, to int64) []AbortedTxn {

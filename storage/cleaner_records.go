@@ -3,14 +3,15 @@ package storage
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 
 	"github.com/kaas-go/kaas/codec"
 )
 
-// Record-level access to uncompressed v2 batches for the cleaner (cleaner.go): walking records,
-// and rebuilding a batch from a subset of them. Compressed batches are not decoded here (the
-// cleaner keeps them whole; see cleaner.go, "Compressed batches").
+// Record-level access to v2 batches for the cleaner (cleaner.go): walking records (compressed
+// batches through cleaner_codec.go), and rebuilding a batch from a subset of them in the
+// batch's own codec.
 
 // attrDeleteHorizon is the v2 attribute bit of KIP-534: the batch's baseTimestamp holds the
 // delete horizon (the time after which its tombstones and its marker may be removed), and the
@@ -32,9 +33,16 @@ type rawRecord struct {
 	rest      []byte // body from the offset delta on (re-encoding changes only the timestamp delta)
 }
 
-// walkRecords calls fn for each record of an uncompressed batch, in order.
+// walkRecords calls fn for each record of a batch, in order, decompressing it if need be. The
+// record's slices are valid until walkRecords returns.
 func walkRecords(b codec.Batch, fn func(r *rawRecord) error) error {
 	p := b.Records()
+	if c := b.Compression(); c != 0 {
+		var err error
+		if p, err = decompressRecords(c, p); err != nil {
+			return fmt.Errorf("cannot decompress batch at offset %d: %w", b.BaseOffset(), err)
+		}
+	}
 	var r rawRecord
 	for i := int32(0); i < b.NumRecords(); i++ {
 		l, k := binary.Varint(p)
@@ -110,9 +118,24 @@ func (bb *batchBuilder) add(r *rawRecord) {
 	bb.buf = append(bb.buf, r.rest...)
 }
 
-// finish fixes the header (length, attributes, base timestamp, count, CRC) and returns the batch.
-func (bb *batchBuilder) finish() codec.Batch {
+// finish fixes the header (length, attributes, base timestamp, count, CRC) and returns the
+// batch, compressed again with the original batch's codec (an empty batch is left uncompressed:
+// it has nothing to compress).
+func (bb *batchBuilder) finish() (codec.Batch, error) {
 	b := bb.buf
+	if c := codec.Batch(b).Compression(); c != 0 {
+		if bb.n == 0 {
+			attrs := binary.BigEndian.Uint16(b[21:]) &^ codec.AttrCompressionMask
+			binary.BigEndian.PutUint16(b[21:], attrs)
+		} else {
+			z, err := compressRecords(c, b[codec.BatchHeaderSize:])
+			if err != nil {
+				return nil, err
+			}
+			b = append(b[:codec.BatchHeaderSize], z...)
+			bb.buf = b
+		}
+	}
 	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-codec.LogOverhead))
 	if bb.horizon >= 0 {
 		attrs := binary.BigEndian.Uint16(b[21:]) | attrDeleteHorizon
@@ -121,7 +144,7 @@ func (bb *batchBuilder) finish() codec.Batch {
 	}
 	binary.BigEndian.PutUint32(b[57:], uint32(bb.n))
 	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], castagnoliTable))
-	return codec.Batch(b)
+	return codec.Batch(b), nil
 }
 
 // deleteHorizon returns the batch's KIP-534 delete horizon, if it carries one.

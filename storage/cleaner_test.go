@@ -26,6 +26,12 @@ type kv struct {
 // makeKeyed encodes a v2 batch of keyed records (see makeBatch).
 func makeKeyed(t testing.TB, pid int64, epoch int16, seq int32, txn bool, ts int64, recs []kv) codec.Batch {
 	t.Helper()
+	return makeKeyedZ(t, pid, epoch, seq, txn, ts, recs, 0)
+}
+
+// makeKeyedZ is makeKeyed with the records compressed by Kafka codec comp (0: none).
+func makeKeyedZ(t testing.TB, pid int64, epoch int16, seq int32, txn bool, ts int64, recs []kv, comp int) codec.Batch {
+	t.Helper()
 	if pid < 0 {
 		seq, epoch = -1, -1
 	}
@@ -39,6 +45,14 @@ func makeKeyed(t testing.TB, pid int64, epoch int16, seq int32, txn bool, ts int
 	var attrs int16
 	if txn {
 		attrs = codec.AttrTransactional
+	}
+	if comp != 0 {
+		z, err := compressRecords(comp, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = z
+		attrs |= int16(comp)
 	}
 	rb := kmsg.RecordBatch{Attributes: attrs,
 		Length: int32(codec.BatchHeaderSize - codec.LogOverhead + len(body)), PartitionLeaderEpoch: -1, Magic: 2,
@@ -109,7 +123,7 @@ func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *com
 		case x < 5:
 			recs := batch(1 + rng.IntN(4))
 			seq := m.seqs[plain]
-			r := mustAppend(t, p, makeKeyed(t, plain, 0, seq, false, 1000+int64(step), recs), 0)
+			r := mustAppend(t, p, makeKeyedZ(t, plain, 0, seq, false, 1000+int64(step), recs, rng.IntN(5)), 0)
 			m.seqs[plain] = seq + int32(len(recs))
 			record(r.BaseOffset, recs, 0)
 		case x < 8:
@@ -124,7 +138,7 @@ func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *com
 			if ongoing {
 				g = 0
 			}
-			r := p.AppendTxn(makeKeyed(t, pid, 0, seq, true, 1000+int64(step), recs), 0, g)
+			r := p.AppendTxn(makeKeyedZ(t, pid, 0, seq, true, 1000+int64(step), recs, rng.IntN(5)), 0, g)
 			if r.Code != codec.CodeNone {
 				t.Fatalf("txn append: code %d", r.Code)
 			}
@@ -249,7 +263,8 @@ func compactTopic(t *testing.T, s *Store) *Partition {
 
 var cleanerT0 = time.UnixMilli(10_000_000)
 
-// TestCleanerModel: random keyed and transactional workloads with aborts; after a clean a
+// TestCleanerModel: random keyed and transactional workloads with aborts, in batches of every
+// codec (none, gzip, snappy, lz4, zstd); after a clean a
 // read_committed read gives exactly the latest committed value of every key, each key occurs
 // at most once in the cleaned range, tombstones and markers go once delete.retention.ms passed
 // since the clean that first saw them, and the state survives a restart.
@@ -287,6 +302,15 @@ func TestCleanerModel(t *testing.T) {
 			}
 			view, occ, _ := committedView(t, p, to)
 			sameLive(t, "after clean", view, m.latest)
+			codecs := map[int]int{}
+			for _, b := range readAll(t, p, 0) {
+				if b.BaseOffset() < to && b.NumRecords() > 0 {
+					codecs[b.Compression()]++
+				}
+			}
+			if len(codecs) != 5 {
+				t.Fatalf("cleaned range holds batches of codecs %v, want all five kept in their codec", codecs)
+			}
 			for k, n := range occ {
 				if n > 1 {
 					t.Fatalf("key %s occurs %d times in the cleaned range", k, n)
