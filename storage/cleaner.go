@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,7 +54,8 @@ import (
 //	  crash before the marker: old set        crash after it: recovery finishes the renames
 //
 // Produce and fetch run during the whole clean; only the swap (the renames and two directory
-// fsyncs) holds the append mutex. Readers that loaded the old segment list keep reading the old
+// fsyncs) holds the append mutex. Locks: the swap takes Partition.mu, then txnIndex.mu (the
+// order partition.go documents); segMu only after mu is released, to close the old files. Readers that loaded the old segment list keep reading the old
 // files, which stay open until the swap has published the new list.
 //
 // Transactions: aborted transactions come from the partition's aborted index (which covers the
@@ -475,6 +477,9 @@ var errCleanAborted = errors.New("partition changed during the clean")
 // files written so far stay, nothing after runs). nil in production.
 var cleanerCrashAt func(step string) bool
 
+// cleanerStepHook lets tests act between the map and the rewrite pass. nil in production.
+var cleanerStepHook func(p *Partition)
+
 // producerLast is the last data batch offset of each producer (kept by the clean).
 func (p *Partition) producerLastOffsets() map[int64]int64 {
 	p.mu.Lock()
@@ -556,7 +561,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			})
 		})
 		if err != nil {
-			return st, fmt.Errorf("cannot map segment %d: %w", seg.base, err)
+			return st, p.cleanFailure(err, seg, fmt.Sprintf("cannot map segment %d", seg.base))
 		}
 		if used+segUsed > budget && i > plan.dirtyFrom {
 			cleanerDedupeFullTotal.Inc()
@@ -567,6 +572,10 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 		}
 		used += segUsed
 		end = i + 1
+	}
+
+	if cleanerStepHook != nil {
+		cleanerStepHook(p)
 	}
 
 	// Pass 2: rewrite [0, end).
@@ -681,7 +690,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			return write(nb)
 		})
 		if err != nil {
-			return fail(fmt.Errorf("cannot rewrite segment %d: %w", old.base, err))
+			return fail(p.cleanFailure(err, old, fmt.Sprintf("cannot rewrite segment %d", old.base)))
 		}
 		ns.size.Store(pos)
 		ns.filled.Store(pos)
@@ -734,6 +743,22 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 	cleanerBytesReadTotal.Add(int(st.read))
 	cleanerBytesWrittenTotal.Add(int(st.written))
 	return st, nil
+}
+
+// cleanFailure classifies an error reading seg during a clean: if retention, DeleteRecords or a
+// shutdown removed the segment (closing its file under the clean, which reads without segMu so
+// that it never holds up fetches), the clean is abandoned, not failed.
+func (p *Partition) cleanFailure(err error, seg *segment, what string) error {
+	if errors.Is(err, errCleanAborted) {
+		return err
+	}
+	p.mu.Lock()
+	gone := p.closed || !slices.Contains(*p.segs.Load(), seg)
+	p.mu.Unlock()
+	if gone {
+		return errCleanAborted
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // keepRecord is Apache's shouldRetainRecord: keyless records go (a compacted topic requires
