@@ -355,6 +355,12 @@ func cmpErr(a, b error) error {
 // cleanPartition cleans p once; an error takes p's cleaning offline (Apache marks the partition
 // uncleanable), while p keeps serving produce and fetch.
 func (c *cleaner) cleanPartition(p *Partition, now time.Time) error {
+	// One clean per partition at a time (the background loop and RunCleaner may meet): two
+	// would write the same .cleaned files.
+	if !p.cleanMu.TryLock() {
+		return nil
+	}
+	defer p.cleanMu.Unlock()
 	start := time.Now()
 	st, err := p.clean(now, c.cfg.DedupeBufferSize/int64(c.cfg.Threads), c.limiter, c.stop)
 	if err != nil {

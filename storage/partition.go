@@ -63,6 +63,7 @@ type offsetRange struct{ from, to int64 } // [from, to)
 // Lock order (a lock may be taken while holding any lock to its left, never the reverse):
 //
 //	Partition.startMu (log start checkpoint, log_start.go) → Partition.mu
+//	Partition.cleanMu (the clean in progress, cleaner.go) → Partition.mu
 //	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
 //	                          Store.pids.mu, Store.fences.mu, wal.mu
 //	fireMu → wmu
@@ -175,6 +176,7 @@ type Partition struct {
 	// offset, persisted in cleaner.checkpoint); cleanerOffline is set by a cleaner error.
 	cleanedTo      atomic.Int64
 	cleanerOffline atomic.Bool
+	cleanMu        sync.Mutex // held by the clean in progress (never with mu held on entry)
 	sealOnClose    bool
 	releaseRec     ReleaseRecord
 }
