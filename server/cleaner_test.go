@@ -110,6 +110,31 @@ func TestCompactedTopicConsumeAcrossGaps(t *testing.T) {
 		}
 	}
 
+	// kafka-configs --describe --broker 0: the cleaner's keys, default or set.
+	brs, err := e.adm.DescribeBrokerConfigs(e.ctx, 0)
+	if err != nil || len(brs) != 1 || brs[0].Err != nil {
+		t.Fatalf("describe broker: %v %+v", err, brs)
+	}
+	bc := map[string]kadm.Config{}
+	for _, c := range brs[0].Configs {
+		bc[c.Key] = c
+	}
+	for k, w := range map[string]struct {
+		v   string
+		src kmsg.ConfigSource
+	}{
+		"log.cleaner.enable":                  {"true", kmsg.ConfigSourceDefaultConfig},
+		"log.cleaner.threads":                 {"1", kmsg.ConfigSourceDefaultConfig},
+		"log.cleaner.dedupe.buffer.size":      {"134217728", kmsg.ConfigSourceDefaultConfig},
+		"log.cleaner.io.max.bytes.per.second": {"1.7976931348623157e+308", kmsg.ConfigSourceDefaultConfig},
+		"log.cleaner.backoff.ms":              {"20", kmsg.ConfigSourceStaticBrokerConfig},
+	} {
+		c := bc[k]
+		if c.Value == nil || *c.Value != w.v || c.Source != w.src {
+			t.Fatalf("broker %s: %+v, want %q from %v", k, c, w.v, w.src)
+		}
+	}
+
 	// kafka-configs --alter --add-config cleanup.policy=[compact,delete] on a delete topic, then
 	// APPEND: both give compact,delete.
 	e.create(t, "both", 1, nil)
