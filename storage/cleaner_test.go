@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -621,6 +623,13 @@ func TestCleanerChoosesByDirtyRatioAndLag(t *testing.T) {
 	fillKeys(t, p, 60, 10, ts+1000)
 	if got := check(later); got != first {
 		t.Fatalf("cleaned to %d with a low dirty ratio (was %d)", got, first)
+	}
+	g, ok := dirtyRatios.Load(`kaas_cleaner_dirty_ratio{topic="t",partition="0"}`)
+	if !ok {
+		t.Fatal("no dirty ratio gauge")
+	}
+	if r := math.Float64frombits(g.(*atomic.Uint64).Load()); !(r > 0 && r < 0.9) {
+		t.Fatalf("dirty ratio gauge %v, want in (0, 0.9)", r)
 	}
 	// max.compaction.lag.ms forces it.
 	if err := s.AlterTopicConfig("t", map[string]*string{"max.compaction.lag.ms": ptr("3600001")}); err != nil {
