@@ -54,6 +54,13 @@ type Config struct {
 	LogWALEnable           bool
 	ProducerIDExpiration   time.Duration
 
+	// Log cleaner of compacted topics (storage/cleaner.go), Apache's log.cleaner.* keys.
+	LogCleanerEnable      bool
+	LogCleanerThreads     int
+	LogCleanerIOMaxBytes  float64 // log.cleaner.io.max.bytes.per.second
+	LogCleanerDedupeBytes int64   // log.cleaner.dedupe.buffer.size
+	LogCleanerBackoff     time.Duration
+
 	FetchMaxBytes         int32
 	FetchSessionCacheSize int
 
@@ -116,6 +123,11 @@ func Default() Config {
 		RetentionCheckInterval: 5 * time.Minute,
 		LogWALEnable:           true,
 		ProducerIDExpiration:   24 * time.Hour, // Apache's producer.id.expiration.ms default
+		LogCleanerEnable:       true,
+		LogCleanerThreads:      1,
+		LogCleanerIOMaxBytes:   math.MaxFloat64, // Apache's default: unlimited
+		LogCleanerDedupeBytes:  128 << 20,
+		LogCleanerBackoff:      15 * time.Second,
 
 		FetchMaxBytes:         55 << 20,
 		FetchSessionCacheSize: 1000,
@@ -148,6 +160,7 @@ const (
 	kInt16
 	kBool
 	kMillis
+	kFloat
 )
 
 type entry struct {
@@ -192,6 +205,11 @@ func (c *Config) entries() []entry {
 		{"log.preallocate", kBool, &c.LogPreallocate, "keep a zeroed region ahead of active segments so flushes are cheaper fdatasyncs (writes the zeros too)", false},
 		{"log.wal.enable", kBool, &c.LogWALEnable, "make flush.messages=1 acks durable with one shared, group-committed write-ahead log (data.dir/wal) instead of one fsync per partition", false},
 		{"producer.id.expiration.ms", kMillis, &c.ProducerIDExpiration, "idempotent producer state idle this long is removed from a partition (not while a transaction is open); checked with retention", false},
+		{"log.cleaner.enable", kBool, &c.LogCleanerEnable, "run the log cleaner that compacts topics with cleanup.policy=compact (not in cluster mode yet)", false},
+		{"log.cleaner.threads", kInt, &c.LogCleanerThreads, "partitions cleaned at the same time", false},
+		{"log.cleaner.io.max.bytes.per.second", kFloat, &c.LogCleanerIOMaxBytes, "read plus write bytes per second of all cleaner threads together", false},
+		{"log.cleaner.dedupe.buffer.size", kInt64, &c.LogCleanerDedupeBytes, "memory for the cleaners' key maps, all threads together; a full map ends a clean early", false},
+		{"log.cleaner.backoff.ms", kMillis, &c.LogCleanerBackoff, "pause between checks for partitions to clean", false},
 		{"fetch.max.bytes", kInt32, &c.FetchMaxBytes, "upper bound on one Fetch response", false},
 		{"max.incremental.fetch.session.cache.slots", kInt, &c.FetchSessionCacheSize, "KIP-227 fetch sessions kept", false},
 		{"group.initial.rebalance.delay.ms", kMillis, &c.GroupInitialRebalanceDelay, "delay of the first rebalance of an empty group", false},
@@ -253,6 +271,12 @@ func (e entry) set(v string) error {
 			return err
 		}
 		*p = time.Duration(n) * time.Millisecond
+	case *float64:
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return err
+		}
+		*p = f
 	default:
 		return fmt.Errorf("BUG: unhandled config type %T", p)
 	}
@@ -283,6 +307,8 @@ func reflectDeref(p any) any {
 	case *int:
 		return *v
 	case *int64:
+		return *v
+	case *float64:
 		return *v
 	}
 	return p
@@ -431,6 +457,18 @@ func (c *Config) Validate() error {
 	}
 	if c.TransactionalIDExpiration <= 0 {
 		errs = append(errs, errors.New("transactional.id.expiration.ms must be positive"))
+	}
+	// Apache: log.cleaner.threads >= 0, io.max.bytes.per.second a double, dedupe buffer a long;
+	// kaas needs one thread to clean at all (log.cleaner.enable=false turns it off) and a
+	// positive rate and buffer.
+	if c.LogCleanerThreads < 1 {
+		errs = append(errs, errors.New("log.cleaner.threads must be >= 1"))
+	}
+	if !(c.LogCleanerIOMaxBytes > 0) {
+		errs = append(errs, errors.New("log.cleaner.io.max.bytes.per.second must be > 0"))
+	}
+	if c.LogCleanerDedupeBytes < 1<<20 {
+		errs = append(errs, errors.New("log.cleaner.dedupe.buffer.size must be >= 1048576"))
 	}
 	if c.TransactionWorkers < 1 || c.TransactionWorkers > 50 {
 		errs = append(errs, errors.New("transaction.coordinator.workers must be 1..50 (there are 50 slots)"))

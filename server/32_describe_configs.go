@@ -178,6 +178,8 @@ var brokerConfigTypes = map[string]kmsg.ConfigType{
 	"transaction.state.log.min.isr":            kmsg.ConfigTypeInt,
 	"transaction.version":                      kmsg.ConfigTypeShort,
 	"log.cleanup.policy":                       kmsg.ConfigTypeList,
+	"log.cleaner.threads":                      kmsg.ConfigTypeInt,
+	"log.cleaner.io.max.bytes.per.second":      kmsg.ConfigTypeDouble,
 	"log.dirs":                                 kmsg.ConfigTypeString,
 	"listeners":                                kmsg.ConfigTypeString,
 	"advertised.listeners":                     kmsg.ConfigTypeString,

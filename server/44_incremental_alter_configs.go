@@ -12,8 +12,7 @@ package server
 //     *.replication.throttled.replicas lists) starting from its effective value, and are
 //     INVALID_CONFIG for any other key, as in Apache.
 //     A key named twice in one resource is INVALID_REQUEST. Unknown keys and values storage does
-//     not support (cleanup.policy containing compact: kaas has no log compaction) are
-//     INVALID_CONFIG (40) with the reason. All operations of a resource are validated together
+//     not accept are INVALID_CONFIG (40) with the reason. All operations of a resource are validated together
 //     and applied in one storage call, so a resource is changed entirely or not at all.
 //   - ValidateOnly checks everything and changes nothing.
 //   - BROKER: kaas's broker configuration is static (properties file, KAAS_* environment, flags,

@@ -149,7 +149,7 @@ func TestAdminCreateTopics(t *testing.T) {
 	f("bad name!", 1, 1, nil, kerr.InvalidTopicException, "allowed")
 	f(strings.Repeat("x", 250), 1, 1, nil, kerr.InvalidTopicException, "invalid topic name")
 	f("..", 1, 1, nil, kerr.InvalidTopicException, "")
-	f("compacted", 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, kerr.InvalidConfig, "compaction")
+	f("badpolicy", 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact,forever")}, kerr.InvalidConfig, "cleanup.policy")
 	f("unknowncfg", 1, 1, map[string]*string{"no.such.key": kadm.StringPtr("1")}, kerr.InvalidConfig, "no.such.key")
 	f("badvalue", 1, 1, map[string]*string{"retention.ms": kadm.StringPtr("soon")}, kerr.InvalidConfig, "retention.ms")
 	f("nullvalue", 1, 1, map[string]*string{"retention.ms": nil}, kerr.InvalidConfig, "retention.ms")
@@ -388,12 +388,12 @@ func TestAdminIncrementalAlterConfigs(t *testing.T) {
 			t.Fatalf("%s: a rejected alter changed storage: %v -> %v", what, before, after)
 		}
 	}
-	f("append compact", kerr.InvalidConfig, kadm.AlterConfig{Op: kadm.AppendConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")})
+	f("append unknown policy", kerr.InvalidConfig, kadm.AlterConfig{Op: kadm.AppendConfig, Name: "cleanup.policy", Value: kadm.StringPtr("forever")})
 	f("subtract delete", kerr.InvalidConfig, kadm.AlterConfig{Op: kadm.SubtractConfig, Name: "cleanup.policy", Value: kadm.StringPtr("delete")})
 	f("append non-list", kerr.InvalidConfig, kadm.AlterConfig{Op: kadm.AppendConfig, Name: "retention.ms", Value: kadm.StringPtr("1")})
 	f("unknown key", kerr.InvalidConfig, set("no.such.key", "1"))
 	f("bad value", kerr.InvalidConfig, set("segment.bytes", "-5"))
-	f("compact", kerr.InvalidConfig, set("cleanup.policy", "compact,delete"))
+	f("bad policy", kerr.InvalidConfig, set("cleanup.policy", "compact,never"))
 	f("atomic", kerr.InvalidConfig, set("retention.ms", "1000"), set("segment.bytes", "x"))
 	f("duplicate key", kerr.InvalidRequest, set("retention.ms", "1000"), set("retention.ms", "2000"))
 
@@ -444,8 +444,8 @@ func TestAdminAlterConfigsLegacy(t *testing.T) {
 		t.Fatalf("storage config after set-all: %+v", c)
 	}
 
-	rs, _ = e.adm.AlterTopicConfigsState(e.ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, "t")
-	expectErr(t, "compact", rs[0].Err, kerr.InvalidConfig)
+	rs, _ = e.adm.AlterTopicConfigsState(e.ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: kadm.StringPtr("never")}}, "t")
+	expectErr(t, "bad policy", rs[0].Err, kerr.InvalidConfig)
 	rs, _ = e.adm.ValidateAlterTopicConfigsState(e.ctx, nil, "t")
 	if rs[0].Err != nil || len(store.Topic("t").Overrides()) != 2 {
 		t.Fatalf("validate-only clear-all: %+v %v", rs, store.Topic("t").Overrides())

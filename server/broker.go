@@ -138,6 +138,13 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		WAL:                    cfg.LogWALEnable,
 		ProducerIDExpiration:   cfg.ProducerIDExpiration,
 		Logger:                 log.Named("storage"),
+		Cleaner: storage.CleanerConfig{
+			Enable:              cfg.LogCleanerEnable,
+			Threads:             cfg.LogCleanerThreads,
+			IOMaxBytesPerSecond: cfg.LogCleanerIOMaxBytes,
+			DedupeBufferSize:    cfg.LogCleanerDedupeBytes,
+			Backoff:             cfg.LogCleanerBackoff,
+		},
 	}
 	if cn := b.cluster; cn != nil {
 		// Partitions open only when the controller gives them to this broker (TakeOver); the WAL

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,6 +68,9 @@ type Config struct {
 	// always true.
 	Publish func() bool
 
+	// Cleaner is the log cleaner of compacted topics (cleaner.go; log.cleaner.*).
+	Cleaner CleanerConfig
+
 	// Tests only: WAL generation size (0 = walGenBytesDefault) and checkpoint period (0 =
 	// walCheckpointEvery).
 	walGenBytes        int64
@@ -101,7 +105,7 @@ type TopicConfig struct {
 	SegmentBytes         int64  // segment.bytes
 	SegmentMs            int64  // segment.ms
 	MaxMessageBytes      int32  // max.message.bytes
-	CleanupPolicy        string // cleanup.policy: only "delete"
+	CleanupPolicy        string // cleanup.policy: "delete", "compact" or both ("compact,delete"), cleaner.go
 	TimestampType        string // message.timestamp.type: CreateTime | LogAppendTime
 	TimestampBeforeMaxMs int64  // message.timestamp.before.max.ms
 	TimestampAfterMaxMs  int64  // message.timestamp.after.max.ms
@@ -275,15 +279,20 @@ var configKeys = []configKey{
 		name: "cleanup.policy",
 		get:  func(c *TopicConfig) string { return c.CleanupPolicy },
 		set: func(c *TopicConfig, v string) string {
-			v = strings.ToLower(strings.TrimSpace(v))
-			if v == "delete" {
-				c.CleanupPolicy = v
-				return ""
+			// Apache: a list whose items are each compact or delete (ValidList.in). The
+			// value is stored normalised (trimmed items, comma-joined) and shown that way.
+			var items []string
+			for _, it := range strings.Split(v, ",") {
+				it = strings.ToLower(strings.TrimSpace(it))
+				if it != "compact" && it != "delete" {
+					return "must be a list of compact and delete"
+				}
+				if !slices.Contains(items, it) {
+					items = append(items, it)
+				}
 			}
-			if strings.Contains(v, "compact") {
-				return "log compaction is not supported by kaas; only cleanup.policy=delete is accepted"
-			}
-			return "must be delete"
+			c.CleanupPolicy = strings.Join(items, ",")
+			return ""
 		},
 	},
 	{

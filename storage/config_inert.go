@@ -1,6 +1,7 @@
 package storage
 
-// Topic configs Apache Kafka 4.1 accepts that change nothing in kaas.
+// Topic configs Apache Kafka 4.1 accepts that change nothing in kaas, plus the compaction keys
+// the cleaner reads (live: stored the same way, but acted on; cleaner.go).
 //
 // Apache's LogConfig defines 33 public topic keys. kaas honours the ones in configKeys
 // (config.go). The rest are listed here: they are validated exactly as Apache's ConfigDef
@@ -36,14 +37,17 @@ type inertKey struct {
 	kind   inertKind
 	def    string
 	lo, hi int64
-	// Why it has no effect in kaas (shown in the README; kept here next to the key).
+	// Why it has no effect in kaas (shown in the README; kept here next to the key), or, with
+	// live, what it does: the compaction keys are kept in TopicConfig.Inert for their Apache
+	// validation and description, but the cleaner reads them (TopicConfig.inertValue).
 	reason string
+	live   bool
 }
 
 // inertKeys is indexed by TopicConfig.Inert.
 var inertKeys = [...]inertKey{
 	{name: "delete.retention.ms", kind: inertLong, def: "86400000", lo: 0, hi: math.MaxInt64,
-		reason: "tombstone retention of compacted topics; kaas does not compact"},
+		live: true, reason: "tombstone and transaction marker retention of compacted topics (cleaner.go)"},
 	{name: "file.delete.delay.ms", kind: inertLong, def: "60000", lo: 0, hi: math.MaxInt64,
 		reason: "kaas deletes a removed segment's files at once"},
 	{name: "follower.replication.throttled.replicas", kind: inertThrottledList, def: "",
@@ -57,11 +61,11 @@ var inertKeys = [...]inertKey{
 	{name: "local.retention.ms", kind: inertLong, def: "-2", lo: -2, hi: math.MaxInt64,
 		reason: "tiered storage only"},
 	{name: "max.compaction.lag.ms", kind: inertLong, def: i64(math.MaxInt64), lo: 1, hi: math.MaxInt64,
-		reason: "kaas does not compact"},
+		live: true, reason: "longest a record stays uncompacted (cleaner.go)"},
 	{name: "min.cleanable.dirty.ratio", kind: inertRatio, def: "0.5",
-		reason: "kaas does not compact"},
+		live: true, reason: "dirty share of the log that makes it worth cleaning (cleaner.go)"},
 	{name: "min.compaction.lag.ms", kind: inertLong, def: "0", lo: 0, hi: math.MaxInt64,
-		reason: "kaas does not compact"},
+		live: true, reason: "shortest time a record stays uncompacted (cleaner.go)"},
 	{name: "min.insync.replicas", kind: inertInt, def: "1", lo: 1, hi: math.MaxInt32,
 		reason: "one replica per partition: acks=all waits for the leader's fsync"},
 	{name: "preallocate", kind: inertBool, def: "false",
@@ -193,7 +197,7 @@ func init() {
 // describes but does not act on, and why.
 func InertTopicConfig(name string) (reason string, ok bool) {
 	for i := range inertKeys {
-		if inertKeys[i].name == name {
+		if inertKeys[i].name == name && !inertKeys[i].live {
 			return inertKeys[i].reason, true
 		}
 	}

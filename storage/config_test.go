@@ -39,10 +39,12 @@ func TestParseTopicConfigs(t *testing.T) {
 	f(map[string]string{"retention.ms": "-2"}, "retention.ms")
 	f(map[string]string{"flush.messages": "0"}, "flush.messages")
 	f(map[string]string{"message.timestamp.type": "Foo"}, "message.timestamp.type")
-	_, err := ParseTopicConfigs(def, map[string]string{"cleanup.policy": "compact"})
-	if err == nil || !strings.Contains(err.Error(), "compaction is not supported") {
-		t.Fatalf("compact: %v", err)
+	cc, err := ParseTopicConfigs(def, map[string]string{"cleanup.policy": "Delete , compact"})
+	if err != nil || cc.CleanupPolicy != "delete,compact" || !cc.compacted() || !cc.deletes() {
+		t.Fatalf("compact,delete: %+v %v", cc.CleanupPolicy, err)
 	}
+	f(map[string]string{"cleanup.policy": "compact,forever"}, "cleanup.policy")
+	f(map[string]string{"cleanup.policy": ""}, "cleanup.policy")
 }
 
 func TestDescribeConfigs(t *testing.T) {

@@ -107,6 +107,9 @@ func newPartition(t testing.TB, s *Store, kv map[string]string) *Partition {
 // final fsync, no further WAL write or checkpoint). Written-but-unsynced bytes stay, as they
 // would in the page cache.
 func crash(s *Store) {
+	if s.cleaner != nil {
+		s.cleaner.close()
+	}
 	if s.stopRetention != nil {
 		close(s.stopRetention)
 		<-s.retentionDone

@@ -63,6 +63,7 @@ type offsetRange struct{ from, to int64 } // [from, to)
 // Lock order (a lock may be taken while holding any lock to its left, never the reverse):
 //
 //	Partition.startMu (log start checkpoint, log_start.go) → Partition.mu
+//	Partition.cleanMu (the clean in progress, cleaner.go) → Partition.mu
 //	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
 //	                          Store.pids.mu, Store.fences.mu, wal.mu
 //	fireMu → wmu
@@ -168,10 +169,16 @@ type Partition struct {
 	// (nil: unsuffixed names only). sealOnClose makes a clean shutdown also write the active
 	// segment's indexes, so a successor opens it without a scan (Store.Release); the resulting
 	// record is left in releaseRec.
-	nameEpoch   int32
-	snapOK      func(snapFile) bool
-	sealOnClose bool
-	releaseRec  ReleaseRecord
+	nameEpoch int32
+	snapOK    func(snapFile) bool
+
+	// Log cleaner (cleaner.go): cleanedTo is where the last clean ended (the first dirty
+	// offset, persisted in cleaner.checkpoint); cleanerOffline is set by a cleaner error.
+	cleanedTo      atomic.Int64
+	cleanerOffline atomic.Bool
+	cleanMu        sync.Mutex // held by the clean in progress (never with mu held on entry)
+	sealOnClose    bool
+	releaseRec     ReleaseRecord
 }
 
 func (p *Partition) config() *TopicConfig { return p.topic.cfg.Load() }
@@ -265,6 +272,11 @@ func openPartition(t *Topic, id int32, dir string, s *Store) (*Partition, error)
 //     missing or invalid, the replay starts from a snapshot at or below that segment (or the log
 //     start), which covers it, and the file is rewritten.
 func (p *Partition) recoverLog() error {
+	// A clean interrupted by a crash: finish or roll back its swap first (cleaner.go).
+	if err := recoverCleanerSwap(p.dir, p.log); err != nil {
+		return err
+	}
+	p.cleanedTo.Store(loadCleanerCheckpoint(p.dir))
 	ents, err := os.ReadDir(p.dir)
 	if err != nil {
 		return err
@@ -310,7 +322,7 @@ func (p *Partition) recoverLog() error {
 		segs = append(segs, seg)
 		p.segs.Store(&segs) // so closeFiles sees it on error
 		if i == len(bases)-1 {
-			cut, zeroTail, err := seg.recover(p.interval)
+			cut, zeroTail, err := seg.recover(p.interval, false)
 			if err != nil {
 				return err
 			}
@@ -345,7 +357,7 @@ func (p *Partition) recoverLog() error {
 		if seg.loadIndexes(st.Size(), bases[i+1]) {
 			continue
 		}
-		cut, zeroTail, err := seg.recover(p.interval)
+		cut, zeroTail, err := seg.recover(p.interval, true) // closed: may be a cleaned segment
 		if err != nil {
 			return err
 		}
@@ -596,7 +608,7 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 		seg.mu.Lock()
 		rollTs := seg.rollTs
 		seg.mu.Unlock()
-		if size+int64(len(b)) > cfg.SegmentBytes || nowMs-rollTs >= cfg.SegmentMs ||
+		if size+int64(len(b)) > cfg.SegmentBytes || nowMs-rollTs >= cfg.maxSegmentMs() ||
 			base+int64(b.LastOffsetDelta())-seg.base > math.MaxInt32 {
 			if err := p.rollLocked(); err != nil {
 				p.mu.Unlock()
@@ -1561,8 +1573,9 @@ func (p *Partition) retain(now time.Time) {
 		s := segs[drop]
 		size := s.size.Load()
 		next, maxTs, _ := s.stats()
-		byTime := cfg.RetentionMs >= 0 && (maxTs < 0 || nowMs-maxTs > cfg.RetentionMs)
-		byBytes := cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
+		// cleanup.policy=compact alone: no time or size retention (Apache).
+		byTime := cfg.deletes() && cfg.RetentionMs >= 0 && (maxTs < 0 || nowMs-maxTs > cfg.RetentionMs)
+		byBytes := cfg.deletes() && cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
 		belowStart := next <= p.logStart.Load() // DeleteRecords moved the start past it
 		if !byTime && !byBytes && !belowStart && size > 0 {
 			break

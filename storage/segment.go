@@ -365,23 +365,29 @@ func (s *segment) truncateIndexLocked(pos, next int64) {
 // writeIndexes persists the segment's indexes (closing it). A final time entry for the max
 // timestamp is added first, as Kafka does on roll, so the last time entry is the segment's max.
 func (s *segment) writeIndexes() error {
+	idx, tidx := s.encodeIndexes()
+	if err := WriteFileAtomic(s.dir, s.name(".index"), idx); err != nil {
+		return err
+	}
+	return WriteFileAtomic(s.dir, s.name(".timeindex"), tidx)
+}
+
+// encodeIndexes encodes the .index and .timeindex contents (adding the final time entry).
+func (s *segment) encodeIndexes() (idx, tidx []byte) {
 	s.mu.Lock()
 	s.addTimeEntryLocked()
-	idx := make([]byte, 0, len(s.index)*indexEntrySize)
+	idx = make([]byte, 0, len(s.index)*indexEntrySize)
 	for _, e := range s.index {
 		idx = binary.BigEndian.AppendUint32(idx, uint32(e.rel))
 		idx = binary.BigEndian.AppendUint32(idx, uint32(e.pos))
 	}
-	tidx := make([]byte, 0, len(s.tindex)*timeIndexEntrySize)
+	tidx = make([]byte, 0, len(s.tindex)*timeIndexEntrySize)
 	for _, e := range s.tindex {
 		tidx = binary.BigEndian.AppendUint64(tidx, uint64(e.ts))
 		tidx = binary.BigEndian.AppendUint32(tidx, uint32(e.rel))
 	}
 	s.mu.Unlock()
-	if err := WriteFileAtomic(s.dir, s.name(".index"), idx); err != nil {
-		return err
-	}
-	return WriteFileAtomic(s.dir, s.name(".timeindex"), tidx)
+	return idx, tidx
 }
 
 // loadIndexes reads a closed segment's index files and checks them against the log size and the
@@ -413,7 +419,9 @@ func (s *segment) loadIndexes(size, next int64) bool {
 		if e.rel < 0 || int64(e.rel) > maxRel || e.pos < 0 || int64(e.pos) >= size {
 			return false
 		}
-		if n := len(index); (n == 0 && (e.rel != 0 || e.pos != 0)) || (n > 0 && (e.rel <= index[n-1].rel || e.pos <= index[n-1].pos)) {
+		// The first entry is at position 0 but not always at rel 0: a cleaned segment
+		// (cleaner.go) may have lost its first offsets.
+		if n := len(index); (n == 0 && e.pos != 0) || (n > 0 && (e.rel <= index[n-1].rel || e.pos <= index[n-1].pos)) {
 			return false
 		}
 		index = append(index, e)
@@ -480,7 +488,7 @@ func (s *segment) resetIndexes() {
 // header: that is the normal end of a pre-zeroed segment (zeroTo), not corruption. A zero length
 // field never frames (12 < the 61-byte header), so zeros are never taken for a batch. The caller
 // fsyncs the file afterwards.
-func (s *segment) recover(interval int64) (cut int64, zeroTail bool, err error) {
+func (s *segment) recover(interval int64, gaps bool) (cut int64, zeroTail bool, err error) {
 	st, err := s.f.Stat()
 	if err != nil {
 		return 0, false, err
@@ -495,7 +503,7 @@ func (s *segment) recover(interval int64) (cut int64, zeroTail bool, err error) 
 		if err != nil {
 			return 0, false, err
 		}
-		if status != batchOK || !validStoredBatch(b, expect) {
+		if status != batchOK || !validStoredBatch(b, expect, gaps) {
 			break
 		}
 		s.track(b, pos, interval, b.MaxTimestamp())
@@ -544,7 +552,7 @@ func (s *segment) scanTo(interval, limit int64) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if status != batchOK || !validStoredBatch(b, expect) {
+		if status != batchOK || !validStoredBatch(b, expect, false) {
 			break
 		}
 		s.track(b, pos, interval, b.MaxTimestamp())
@@ -565,10 +573,13 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// validStoredBatch checks what recovery relies on: magic 2, CRC32C, the expected base offset, and
-// sane header counts.
-func validStoredBatch(b codec.Batch, expectBase int64) bool {
-	return len(b) >= codec.BatchHeaderSize && b.Magic() == 2 && b.BaseOffset() == expectBase &&
+// validStoredBatch checks what recovery relies on: magic 2, CRC32C, the expected base offset (or,
+// with gaps, one at or past it), and sane header counts. gaps is for closed segments only: one
+// rewritten by the cleaner (cleaner.go) has offset gaps, as Apache's compacted segments do. The
+// active segment is never cleaned, so there a jump is a stale or foreign batch and ends the log.
+func validStoredBatch(b codec.Batch, expectBase int64, gaps bool) bool {
+	return len(b) >= codec.BatchHeaderSize && b.Magic() == 2 &&
+		(b.BaseOffset() == expectBase || (gaps && b.BaseOffset() > expectBase)) &&
 		b.LastOffsetDelta() >= 0 && b.CRCValid()
 }
 

@@ -41,6 +41,7 @@ type Store struct {
 
 	stopRetention chan struct{}
 	retentionDone chan struct{}
+	cleaner       *cleaner       // background log cleaner (cleaner.go), nil when off
 	bg            sync.WaitGroup // background removal of deleted topics
 }
 
@@ -178,6 +179,9 @@ func Open(cfg Config) (*Store, error) {
 		s.stopRetention = make(chan struct{})
 		s.retentionDone = make(chan struct{})
 		go s.retentionLoop(cfg.RetentionCheckInterval)
+	}
+	if cfg.Cleaner.Enable {
+		s.startCleaner()
 	}
 	return s, nil
 }
@@ -742,6 +746,9 @@ func (s *Store) Close() error {
 	if s.stopRetention != nil {
 		close(s.stopRetention)
 		<-s.retentionDone
+	}
+	if s.cleaner != nil {
+		s.cleaner.close()
 	}
 	err := s.closeAll(true)
 	if s.wal != nil {

@@ -1,0 +1,1023 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/kaas-go/kaas/codec"
+	"go.uber.org/zap"
+)
+
+// Log compaction (cleanup.policy=compact, or compact,delete), with Apache's LogCleaner
+// semantics.
+//
+// What a clean of one partition does:
+//
+//	closed segments          dirty (never cleaned, or newer than the last clean)   uncleanable
+//	[ clean ... | firstDirty ...................................... cleanEnd ) [ ... LSO / active
+//
+//   - The cleanable range is the closed segments from the log start up to the first segment that
+//     reaches the LSO (records at or above the LSO are never cleaned), is younger than
+//     min.compaction.lag.ms, or is the active segment (never cleaned).
+//   - Map: the latest offset of every key in the dirty part (bounded by
+//     log.cleaner.dedupe.buffer.size; a map that fills stops at a segment boundary, and the rest
+//     stays dirty for the next clean).
+//   - Rewrite: every segment of [log start, cleanEnd) is rewritten, one new file per old one
+//     with the same base offset (offsets are kept: the new files have gaps). A record survives
+//     if no later offset of its key is in the map. Records of aborted transactions go. A
+//     tombstone, or a COMMIT/ABORT marker whose transaction has no record left, stays until
+//     delete.retention.ms after the clean that first saw it (KIP-534: that clean stamps a
+//     delete horizon into the batch, so the rule survives restarts); a later clean removes it.
+//     An ABORT marker whose records this clean removed is kept (and its aborted-index entry
+//     with it), as Apache does, so its removal waits for the next clean. The last data batch
+//     of every producer known to the producer state stays, with no records if need be, so
+//     idempotent sequence checks after a restart see the same last sequence.
+//   - Swap (cleanerSwap): new files are written as <name>.cleaned and fsync'd, then a swap
+//     marker (cleaner.swap, atomic) names the bases; each .cleaned file is renamed over its
+//     old name, the directory fsync'd, the marker removed. Recovery (recoverCleanerSwap) rolls
+//     forward when the marker exists (every .cleaned file it needs was durable before it was
+//     written) and otherwise deletes stray .cleaned files: the old set or the new set, never a
+//     mix.
+//
+//	  write *.cleaned + fsync ─► dir fsync ─► marker (atomic) ─► rename each ─► dir fsync ─► rm marker
+//	  crash before the marker: old set        crash after it: recovery finishes the renames
+//
+// Produce and fetch run during the whole clean; only the swap (the renames and two directory
+// fsyncs) holds the append mutex. Locks: the swap takes Partition.mu, then txnIndex.mu (the
+// order partition.go documents); segMu only after mu is released, to close the old files. Readers that loaded the old segment list keep reading the old
+// files, which stay open until the swap has published the new list.
+//
+// Transactions: aborted transactions come from the partition's aborted index (which covers the
+// whole retained log). The aborted index, the producer state and the LSO after a clean: the
+// index loses the entries of removed ABORT markers (memory and the rewritten .txnindex files);
+// the producer state is untouched (the last batch of each producer is kept, and snapshots are
+// taken at rolls, above the cleaned range); the LSO is above the cleaned range by construction.
+//
+// Compressed batches are decompressed to read their keys (cleaner_codec.go), and a batch that
+// loses records is written back in its own codec (Apache does the same); one that keeps all of
+// them is copied as it is. Aborted batches go whole without being decompressed.
+//
+// Cluster mode: not supported yet (the cleaner's files would need the epoch-named scheme of
+// cluster.go); Store.startCleaner refuses with a log line.
+
+// CleanerConfig configures the background cleaner (Apache's log.cleaner.* broker configs).
+type CleanerConfig struct {
+	// Enable is log.cleaner.enable. Without it no background cleaner runs (RunCleaner still
+	// cleans when called).
+	Enable bool
+	// Threads is log.cleaner.threads: partitions cleaned at the same time (default 1).
+	Threads int
+	// IOMaxBytesPerSecond is log.cleaner.io.max.bytes.per.second: read plus write bytes of all
+	// cleaner threads together (0 or +Inf: unlimited).
+	IOMaxBytesPerSecond float64
+	// DedupeBufferSize is log.cleaner.dedupe.buffer.size: memory for the key → offset map of
+	// all threads together (default 128 MiB).
+	DedupeBufferSize int64
+	// Backoff is log.cleaner.backoff.ms: pause between checks when nothing needs cleaning.
+	Backoff time.Duration
+	// Now is the clock (tests inject one); nil = time.Now.
+	Now func() time.Time
+}
+
+// Apache defaults.
+const (
+	DefaultCleanerDedupeBufferSize = 128 << 20
+	DefaultCleanerBackoff          = 15 * time.Second
+)
+
+// dedupeEntryOverhead is what one map entry costs besides its key bytes (Go map slot, string
+// header, offset).
+const dedupeEntryOverhead = 48
+
+var (
+	cleanerBytesReadTotal    = metrics.NewCounter("kaas_cleaner_bytes_read_total")
+	cleanerBytesWrittenTotal = metrics.NewCounter("kaas_cleaner_bytes_written_total")
+	cleanerCleansTotal       = metrics.NewCounter("kaas_cleaner_cleans_total")
+	cleanerErrorsTotal       = metrics.NewCounter("kaas_cleaner_errors_total")
+	// Limits: the I/O throttle and the dedupe buffer.
+	cleanerThrottledSeconds = metrics.NewFloatCounter("kaas_cleaner_throttled_seconds_total")
+	cleanerDedupeFullTotal  = metrics.NewCounter("kaas_cleaner_dedupe_buffer_full_total")
+	cleanerLastDuration     atomic.Uint64 // float64 bits, seconds
+	_                       = metrics.NewGauge("kaas_cleaner_last_clean_duration_seconds", func() float64 {
+		return math.Float64frombits(cleanerLastDuration.Load())
+	})
+	cleanerOfflineGauge atomic.Int64
+	_                   = metrics.NewGauge("kaas_cleaner_offline_partitions", func() float64 {
+		return float64(cleanerOfflineGauge.Load())
+	})
+	dirtyRatios sync.Map // gauge name → *atomic.Uint64 (float64 bits)
+)
+
+// setDirtyRatio publishes a partition's dirty ratio as kaas_cleaner_dirty_ratio{topic,partition}.
+// The value lives in dirtyRatios, so a partition reopened under the same name feeds the same
+// gauge.
+func setDirtyRatio(topic string, part int32, ratio float64) {
+	name := fmt.Sprintf(`kaas_cleaner_dirty_ratio{topic=%q,partition="%d"}`, topic, part)
+	v, ok := dirtyRatios.Load(name)
+	if !ok {
+		nv := new(atomic.Uint64)
+		if v, ok = dirtyRatios.LoadOrStore(name, nv); !ok {
+			metrics.GetOrCreateGauge(name, func() float64 { return math.Float64frombits(nv.Load()) })
+		}
+	}
+	v.(*atomic.Uint64).Store(math.Float64bits(ratio))
+}
+
+// compacted and deletes read cleanup.policy.
+func (c *TopicConfig) compacted() bool { return strings.Contains(c.CleanupPolicy, "compact") }
+func (c *TopicConfig) deletes() bool   { return strings.Contains(c.CleanupPolicy, "delete") }
+
+// inertValue is the value of a TopicConfig.Inert key (its default when not overridden).
+func (c *TopicConfig) inertValue(name string) string {
+	for i := range inertKeys {
+		if inertKeys[i].name == name {
+			if v := c.Inert[i]; v != "" {
+				return v
+			}
+			return inertKeys[i].def
+		}
+	}
+	return ""
+}
+
+func (c *TopicConfig) inertInt(name string) int64 {
+	n, _ := strconv.ParseInt(c.inertValue(name), 10, 64)
+	return n
+}
+
+// maxSegmentMs is when the active segment rolls by time: segment.ms, or on a compacted topic
+// max.compaction.lag.ms if smaller, so the records of a quiet active segment still become
+// cleanable within the lag (Apache LogConfig.maxSegmentMs, KIP-354).
+func (c *TopicConfig) maxSegmentMs() int64 {
+	if c.CleanupPolicy == "delete" {
+		return c.SegmentMs
+	}
+	return min(c.SegmentMs, c.MaxCompactionLagMs())
+}
+
+// DeleteRetentionMs is delete.retention.ms.
+func (c *TopicConfig) DeleteRetentionMs() int64 { return c.inertInt("delete.retention.ms") }
+
+// MinCompactionLagMs is min.compaction.lag.ms.
+func (c *TopicConfig) MinCompactionLagMs() int64 { return c.inertInt("min.compaction.lag.ms") }
+
+// MaxCompactionLagMs is max.compaction.lag.ms.
+func (c *TopicConfig) MaxCompactionLagMs() int64 { return c.inertInt("max.compaction.lag.ms") }
+
+// MinCleanableDirtyRatio is min.cleanable.dirty.ratio.
+func (c *TopicConfig) MinCleanableDirtyRatio() float64 {
+	f, _ := strconv.ParseFloat(c.inertValue("min.cleanable.dirty.ratio"), 64)
+	return f
+}
+
+// ---- token bucket ----
+
+// ioLimiter is a token bucket shared by the cleaner threads (log.cleaner.io.max.bytes.per.second).
+// Its burst is one second of rate, so a clean never overshoots by more than that.
+type ioLimiter struct {
+	mu     sync.Mutex
+	rate   float64 // bytes per second; <= 0: unlimited
+	tokens float64
+	last   time.Time
+}
+
+func newIOLimiter(rate float64) *ioLimiter {
+	if math.IsInf(rate, 1) || rate >= math.MaxFloat64/2 {
+		rate = 0
+	}
+	return &ioLimiter{rate: rate, tokens: rate, last: time.Now()}
+}
+
+// wait takes n tokens, sleeping until they are there (or stop closes).
+func (l *ioLimiter) wait(n int, stop <-chan struct{}) {
+	if l == nil || l.rate <= 0 {
+		return
+	}
+	l.mu.Lock()
+	now := time.Now()
+	l.tokens = min(l.rate, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	l.last = now
+	l.tokens -= float64(n)
+	debt := -l.tokens
+	l.mu.Unlock()
+	if debt <= 0 {
+		return
+	}
+	d := time.Duration(debt / l.rate * float64(time.Second))
+	cleanerThrottledSeconds.Add(d.Seconds())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stop:
+	}
+}
+
+// ---- the background cleaner ----
+
+// cleaner runs the cleans of one Store: a check every Backoff, then up to Threads partitions
+// cleaned in parallel, dirtiest first.
+type cleaner struct {
+	s       *Store
+	cfg     CleanerConfig
+	limiter *ioLimiter
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (s *Store) newCleaner() *cleaner {
+	cfg := s.cfg.Cleaner
+	if cfg.Threads <= 0 {
+		cfg.Threads = 1
+	}
+	if cfg.DedupeBufferSize <= 0 {
+		cfg.DedupeBufferSize = DefaultCleanerDedupeBufferSize
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = DefaultCleanerBackoff
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &cleaner{s: s, cfg: cfg, limiter: newIOLimiter(cfg.IOMaxBytesPerSecond), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// errCleanerClusterMode: see the package comment of cleaner.go.
+var errCleanerClusterMode = errors.New("log compaction is not available in cluster mode yet (the cleaner does not write epoch-named segment files)")
+
+// startCleaner starts the background cleaner (Open, when log.cleaner.enable is on).
+func (s *Store) startCleaner() {
+	if s.cfg.Incarnation != "" {
+		s.log.Warn("log cleaner not started: compacted topics are not cleaned on this broker", zap.Error(errCleanerClusterMode))
+		return
+	}
+	c := s.newCleaner()
+	s.cleaner = c
+	go c.loop()
+}
+
+func (c *cleaner) close() {
+	close(c.stop)
+	<-c.done
+}
+
+func (c *cleaner) loop() {
+	defer close(c.done)
+	t := time.NewTimer(c.cfg.Backoff)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		c.runOnce(false)
+		t.Reset(c.cfg.Backoff)
+	}
+}
+
+// candidate is a partition the check found worth cleaning.
+type candidate struct {
+	p     *Partition
+	ratio float64
+}
+
+// runOnce checks every loaded compacted partition and cleans those that need it (all of them
+// with force), Threads at a time. It returns the first error.
+func (c *cleaner) runOnce(force bool) error {
+	now := c.cfg.Now()
+	var cands []candidate
+	for _, t := range c.s.Topics() {
+		cfg := t.cfg.Load()
+		if !cfg.compacted() {
+			continue
+		}
+		for _, p := range *t.parts.Load() {
+			if !p.Loaded() || p.cleanerOffline.Load() {
+				continue
+			}
+			plan := p.planClean(now)
+			setDirtyRatio(t.Name, p.id, plan.ratio)
+			if plan.cleanable > 0 && (force || plan.needed) {
+				cands = append(cands, candidate{p: p, ratio: plan.ratio})
+			}
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].ratio > cands[j].ratio })
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	work := make(chan *Partition)
+	for range min(c.cfg.Threads, len(cands)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				if err := c.cleanPartition(p, now); err != nil {
+					mu.Lock()
+					firstErr = cmpErr(firstErr, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, cd := range cands {
+		select {
+		case work <- cd.p:
+		case <-c.stop:
+		}
+	}
+	close(work)
+	wg.Wait()
+	return firstErr
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// cleanPartition cleans p once; an error takes p's cleaning offline (Apache marks the partition
+// uncleanable), while p keeps serving produce and fetch.
+func (c *cleaner) cleanPartition(p *Partition, now time.Time) error {
+	// One clean per partition at a time (the background loop and RunCleaner may meet): two
+	// would write the same .cleaned files.
+	if !p.cleanMu.TryLock() {
+		return nil
+	}
+	defer p.cleanMu.Unlock()
+	start := time.Now()
+	st, err := p.clean(now, c.cfg.DedupeBufferSize/int64(c.cfg.Threads), c.limiter, c.stop)
+	if err != nil {
+		if errors.Is(err, errCleanAborted) {
+			return nil // the partition changed under the clean (retention, shutdown): next time
+		}
+		cleanerErrorsTotal.Inc()
+		if !p.cleanerOffline.Swap(true) {
+			cleanerOfflineGauge.Add(1)
+		}
+		p.log.Error("log cleaner failed; cleaning of this partition is offline until restart", zap.Error(err))
+		return fmt.Errorf("cannot clean partition (%s-%d): %w", p.topic.Name, p.id, err)
+	}
+	if st.segments > 0 {
+		d := time.Since(start)
+		cleanerLastDuration.Store(math.Float64bits(d.Seconds()))
+		cleanerCleansTotal.Inc()
+		p.log.Info("cleaned log", zap.Int("segments", st.segments), zap.Int64("bytesRead", st.read),
+			zap.Int64("bytesWritten", st.written), zap.Duration("took", d))
+	}
+	return nil
+}
+
+// RunCleaner cleans every compacted partition that has cleanable segments once, whatever its
+// dirty ratio (tests, benchmarks, the cleaner's own loop uses the ratio). now is the cleaner's
+// clock (lag and delete horizons). It returns the first error; the failing partitions' cleaning
+// goes offline as in the background loop.
+func (s *Store) RunCleaner(now time.Time) error {
+	if s.cfg.Incarnation != "" {
+		return errCleanerClusterMode
+	}
+	c := s.newCleaner()
+	c.cfg.Now = func() time.Time { return now }
+	if s.cleaner != nil {
+		c.limiter = s.cleaner.limiter
+	}
+	return c.runOnce(true)
+}
+
+// FirstDirtyOffset is where the last clean of this partition ended: offsets below it are
+// compacted (0 before the first clean).
+func (p *Partition) FirstDirtyOffset() int64 { return p.cleanedTo.Load() }
+
+// CleaningOffline reports whether a cleaner error took this partition's cleaning offline.
+func (p *Partition) CleaningOffline() bool { return p.cleanerOffline.Load() }
+
+// ---- one clean ----
+
+// cleanPlan is what planClean found.
+type cleanPlan struct {
+	segs      []*segment // the list the plan was made on
+	cleanable int        // segs[:cleanable] may be cleaned
+	dirtyFrom int        // index of the first dirty segment
+	ratio     float64
+	needed    bool
+}
+
+// planClean picks the cleanable segments of p (see the comment at the top of this file).
+func (p *Partition) planClean(now time.Time) cleanPlan {
+	cfg := p.config()
+	p.mu.Lock()
+	segs := *p.segs.Load()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return cleanPlan{}
+	}
+	lso := p.LastStableOffset()
+	nowMs := now.UnixMilli()
+	minLag := cfg.MinCompactionLagMs()
+	plan := cleanPlan{segs: segs}
+	for i := 0; i < len(segs)-1; i++ { // never the active segment
+		next, maxTs, _ := segs[i].stats()
+		if next > lso || (minLag > 0 && maxTs > nowMs-minLag) {
+			break
+		}
+		plan.cleanable = i + 1
+	}
+	firstDirty := p.cleanedTo.Load()
+	var total, dirty int64
+	plan.dirtyFrom = plan.cleanable
+	for i := 0; i < plan.cleanable; i++ {
+		size := segs[i].size.Load()
+		total += size
+		if next, _, _ := segs[i].stats(); next > firstDirty {
+			if plan.dirtyFrom == plan.cleanable {
+				plan.dirtyFrom = i
+			}
+			dirty += size
+		}
+	}
+	if total > 0 {
+		plan.ratio = float64(dirty) / float64(total)
+	}
+	if plan.dirtyFrom == plan.cleanable {
+		// Nothing dirty: only a forced clean (RunCleaner) rewrites the range, e.g. to remove
+		// tombstones whose delete horizon passed.
+		return plan
+	}
+	plan.needed = plan.ratio >= cfg.MinCleanableDirtyRatio()
+	if maxLag := cfg.MaxCompactionLagMs(); !plan.needed && maxLag < math.MaxInt64 {
+		// max.compaction.lag.ms: the oldest dirty segment waited too long. Its age is its
+		// largest timestamp (a lower bound of its records' wait).
+		if _, maxTs, _ := segs[plan.dirtyFrom].stats(); maxTs >= 0 && nowMs-maxTs > maxLag {
+			plan.needed = true
+		}
+	}
+	return plan
+}
+
+type cleanStats struct {
+	segments      int
+	read, written int64
+}
+
+// errCleanAborted: the partition changed while it was being cleaned; nothing was swapped.
+var errCleanAborted = errors.New("partition changed during the clean")
+
+// cleanerHooks lets tests stop a clean at a step of the swap, as a kill -9 there would (the
+// files written so far stay, nothing after runs). nil in production.
+var cleanerCrashAt func(step string) bool
+
+// cleanerStepHook lets tests act between the map and the rewrite pass. nil in production.
+var cleanerStepHook func(p *Partition)
+
+// producerLast is the last data batch offset of each producer (kept by the clean).
+func (p *Partition) producerLastOffsets() map[int64]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[int64]int64, len(p.producers.m))
+	for pid, e := range p.producers.m {
+		if e.n > 0 {
+			out[pid] = e.newest().lastOffset
+		}
+	}
+	return out
+}
+
+// txnTrack is one transaction seen by the rewrite pass.
+type txnTrack struct{ retained bool }
+
+// cleaned is one rewritten segment, ready to swap in.
+type cleaned struct {
+	old     *segment
+	seg     *segment // the new one: file <name>.log.cleaned until the swap
+	aborted []AbortedTxn
+}
+
+// clean runs one clean of p. budget bounds the key map (bytes).
+func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-chan struct{}) (cleanStats, error) {
+	var st cleanStats
+	plan := p.planClean(now)
+	if plan.cleanable == 0 {
+		return st, nil
+	}
+	cfg := p.config()
+	nowMs := now.UnixMilli()
+	segs := plan.segs
+	logStart := p.logStart.Load()
+
+	p.txn.mu.Lock()
+	aborted := p.txn.abortedRange(logStart, math.MaxInt64)
+	p.txn.mu.Unlock()
+	abortedBy := make(map[int64][]AbortedTxn)
+	for _, a := range aborted {
+		abortedBy[a.ProducerID] = append(abortedBy[a.ProducerID], a)
+	}
+	isAborted := func(b codec.Batch) bool {
+		if !b.IsTransactional() || b.IsControl() {
+			return false
+		}
+		for _, a := range abortedBy[b.ProducerID()] {
+			if a.FirstOffset <= b.BaseOffset() && b.BaseOffset() < a.LastOffset {
+				return true
+			}
+		}
+		return false
+	}
+
+	// Pass 1: the key map over the dirty segments, segment by segment within the budget.
+	keys := make(map[string]int64)
+	var used int64
+	end := plan.dirtyFrom
+	for i := plan.dirtyFrom; i < plan.cleanable; i++ {
+		seg := segs[i]
+		segKeys := make(map[string]int64)
+		var segUsed int64
+		err := forBatches(seg, lim, stop, &st, func(b codec.Batch) error {
+			if b.IsControl() || isAborted(b) {
+				return nil
+			}
+			return walkRecords(b, func(r *rawRecord) error {
+				if !r.hasKey {
+					return nil
+				}
+				k := string(r.key)
+				if _, ok := keys[k]; !ok {
+					if _, ok := segKeys[k]; !ok {
+						segUsed += int64(len(k)) + dedupeEntryOverhead
+					}
+				}
+				segKeys[k] = b.BaseOffset() + r.offDelta
+				return nil
+			})
+		})
+		if err != nil {
+			return st, p.cleanFailure(err, seg, fmt.Sprintf("cannot map segment %d", seg.base))
+		}
+		if used+segUsed > budget && i > plan.dirtyFrom {
+			cleanerDedupeFullTotal.Inc()
+			break // this segment stays dirty
+		}
+		for k, o := range segKeys {
+			keys[k] = o
+		}
+		used += segUsed
+		end = i + 1
+	}
+
+	if cleanerStepHook != nil {
+		cleanerStepHook(p)
+	}
+
+	// Pass 2: rewrite [0, end).
+	lastOf := p.producerLastOffsets()
+	horizon := nowMs + cfg.DeleteRetentionMs()
+	if cfg.DeleteRetentionMs() > math.MaxInt64-nowMs {
+		horizon = math.MaxInt64
+	}
+	tracks := make(map[int64]*txnTrack)
+	droppedAborts := make(map[int64]bool) // marker offsets of removed ABORT markers
+	var out []cleaned
+	fail := func(err error) (cleanStats, error) {
+		for _, c := range out {
+			_ = c.seg.f.Close()
+			removeCleanedFiles(c.seg)
+		}
+		return st, err
+	}
+	var bb batchBuilder
+	for i := 0; i < end; i++ {
+		old := segs[i]
+		next, _, _ := old.stats()
+		f, err := p.fs.OpenFile(old.path(".log")+cleanedSuffix, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fail(fmt.Errorf("cannot create cleaned segment %d: %w", old.base, err))
+		}
+		ns := newSegment(p.dir, old.base, f)
+		ns.epoch = old.epoch
+		out = append(out, cleaned{old: old, seg: ns})
+		var pos int64
+		write := func(b codec.Batch) error {
+			lim.wait(len(b), stop)
+			if _, err := f.WriteAt(b, pos); err != nil {
+				return err
+			}
+			ns.track(b, pos, p.interval, b.MaxTimestamp())
+			pos += int64(len(b))
+			st.written += int64(len(b))
+			return nil
+		}
+		err = forBatches(old, lim, stop, &st, func(b codec.Batch) error {
+			pid := b.ProducerID()
+			last := pid >= 0 && lastOf[pid] == b.LastOffset() && !b.IsControl()
+			if b.IsControl() {
+				tr := tracks[pid]
+				delete(tracks, pid)
+				typ := codec.ControlType(b)
+				keep := tr != nil && (typ == codec.ControlAbort || tr.retained)
+				if !keep {
+					if h, ok := deleteHorizon(b); ok && h <= nowMs {
+						if typ == codec.ControlAbort {
+							droppedAborts[b.BaseOffset()] = true
+						}
+						return nil
+					}
+					if _, ok := deleteHorizon(b); !ok {
+						return rebuild(&bb, b, horizon, func(*rawRecord) bool { return true }, write)
+					}
+				}
+				return write(b)
+			}
+			if b.IsTransactional() {
+				if tracks[pid] == nil {
+					tracks[pid] = &txnTrack{}
+				}
+			}
+			if isAborted(b) {
+				if last {
+					return rebuild(&bb, b, -1, func(*rawRecord) bool { return false }, write)
+				}
+				return nil
+			}
+			hz, hasHz := deleteHorizon(b)
+			removeTombstones := hasHz && hz <= nowMs
+			changed, tombs, kept := false, false, 0
+			bb.start(b, -1)
+			if err := walkRecords(b, func(r *rawRecord) error {
+				if !keepRecord(r, b.BaseOffset(), keys, removeTombstones) {
+					changed = true
+					return nil
+				}
+				kept++
+				tombs = tombs || r.tombstone
+				// Collected as they are; re-encoded below only if a horizon is stamped.
+				bb.add(r)
+				return nil
+			}); err != nil {
+				return err
+			}
+			if kept > 0 && b.IsTransactional() {
+				tracks[pid].retained = true
+			}
+			stamp := int64(-1)
+			if tombs && !hasHz {
+				stamp = horizon
+			}
+			if !changed && stamp < 0 {
+				return write(b)
+			}
+			if kept == 0 && !last {
+				return nil
+			}
+			if stamp >= 0 {
+				return rebuild(&bb, b, stamp, func(r *rawRecord) bool {
+					return keepRecord(r, b.BaseOffset(), keys, removeTombstones)
+				}, write)
+			}
+			nb, err := bb.finish()
+			if err != nil {
+				return err
+			}
+			return write(nb)
+		})
+		if err != nil {
+			return fail(p.cleanFailure(err, old, fmt.Sprintf("cannot rewrite segment %d", old.base)))
+		}
+		ns.size.Store(pos)
+		ns.filled.Store(pos)
+		ns.mu.Lock()
+		ns.next = next
+		if pos == 0 {
+			ns.rollTs = -1
+		}
+		ns.mu.Unlock()
+		if err := f.Sync(); err != nil {
+			return fail(fmt.Errorf("cannot fsync cleaned segment %d: %w", old.base, err))
+		}
+		out[len(out)-1].aborted = nil
+		for _, a := range abortedInRange(aborted, old.base, next) {
+			if !droppedAborts[a.LastOffset] {
+				out[len(out)-1].aborted = append(out[len(out)-1].aborted, a)
+			}
+		}
+		idx, tidx := ns.encodeIndexes()
+		for _, w := range []struct {
+			ext  string
+			data []byte
+		}{{".index", idx}, {".timeindex", tidx}, {".txnindex", encodeTxnIndex(out[len(out)-1].aborted)}} {
+			if err := WriteFileSynced(ns.path(w.ext)+cleanedSuffix, w.data); err != nil {
+				return fail(fmt.Errorf("cannot write cleaned segment %d index: %w", old.base, err))
+			}
+		}
+	}
+	if err := p.swapCleaned(out, droppedAborts); err != nil {
+		if errors.Is(err, errCleanAborted) {
+			return fail(err)
+		}
+		if !errors.Is(err, errCrashInjected) {
+			// The .cleaned files stay for the next open: with the marker written it finishes
+			// the swap, without it it deletes them. The partition keeps serving the old files.
+			for _, c := range out {
+				_ = c.seg.f.Close()
+			}
+		}
+		return st, err
+	}
+	if end > 0 {
+		cleanedTo, _, _ := segs[end-1].stats()
+		p.cleanedTo.Store(cleanedTo)
+		if err := WriteFileAtomic(p.dir, cleanerCheckpointName, []byte(strconv.FormatInt(cleanedTo, 10))); err != nil {
+			p.log.Warn("cannot write cleaner checkpoint (the next clean redoes this one)", zap.Error(err))
+		}
+	}
+	st.segments = end
+	cleanerBytesReadTotal.Add(int(st.read))
+	cleanerBytesWrittenTotal.Add(int(st.written))
+	return st, nil
+}
+
+// cleanFailure classifies an error reading seg during a clean: if retention, DeleteRecords or a
+// shutdown removed the segment (closing its file under the clean, which reads without segMu so
+// that it never holds up fetches), the clean is abandoned, not failed.
+func (p *Partition) cleanFailure(err error, seg *segment, what string) error {
+	if errors.Is(err, errCleanAborted) {
+		return err
+	}
+	p.mu.Lock()
+	gone := p.closed || !slices.Contains(*p.segs.Load(), seg)
+	p.mu.Unlock()
+	if gone {
+		return errCleanAborted
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// keepRecord is Apache's shouldRetainRecord: keyless records go (a compacted topic requires
+// keys), as do records with a later offset of their key in the map, and tombstones past their
+// delete horizon.
+func keepRecord(r *rawRecord, base int64, keys map[string]int64, removeTombstones bool) bool {
+	if !r.hasKey {
+		return false
+	}
+	if o, ok := keys[string(r.key)]; ok && o > base+r.offDelta {
+		return false
+	}
+	return !(r.tombstone && removeTombstones)
+}
+
+// rebuild writes b with only the records keep accepts (and horizon stamped if >= 0).
+func rebuild(bb *batchBuilder, b codec.Batch, horizon int64, keep func(*rawRecord) bool, write func(codec.Batch) error) error {
+	bb.start(b, horizon)
+	if err := walkRecords(b, func(r *rawRecord) error {
+		if keep(r) {
+			bb.add(r)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	nb, err := bb.finish()
+	if err != nil {
+		return err
+	}
+	return write(nb)
+}
+
+func abortedInRange(ab []AbortedTxn, from, to int64) []AbortedTxn {
+	var out []AbortedTxn
+	for _, a := range ab {
+		if a.LastOffset >= from && a.LastOffset < to {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// forBatches reads every whole batch of seg (up to its logical size) through the limiter.
+func forBatches(seg *segment, lim *ioLimiter, stop <-chan struct{}, st *cleanStats, fn func(codec.Batch) error) error {
+	r := batchReader{f: seg.f, end: seg.size.Load()}
+	for {
+		b, status, err := r.next(true)
+		if err != nil {
+			return err
+		}
+		if status == batchEOF {
+			return nil
+		}
+		if status != batchOK {
+			return fmt.Errorf("unreadable batch at position %d", r.pos)
+		}
+		select {
+		case <-stop:
+			return errCleanAborted
+		default:
+		}
+		lim.wait(len(b), stop)
+		st.read += int64(len(b))
+		if err := fn(b); err != nil {
+			return err
+		}
+	}
+}
+
+// ---- the swap ----
+
+const (
+	cleanedSuffix         = ".cleaned"
+	cleanerSwapName       = "cleaner.swap"
+	cleanerCheckpointName = "cleaner.checkpoint"
+)
+
+var cleanedExts = []string{".log", ".index", ".timeindex", ".txnindex"}
+
+var errCrashInjected = errors.New("crash injected by a test")
+
+func removeCleanedFiles(s *segment) {
+	for _, ext := range cleanedExts {
+		_ = os.Remove(s.path(ext) + cleanedSuffix)
+	}
+}
+
+// swapCleaned installs the rewritten segments (see the swap diagram at the top of this file).
+// Only the renames and directory fsyncs run under the append mutex.
+func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) error {
+	crash := func(step string) bool { return cleanerCrashAt != nil && cleanerCrashAt(step) }
+	if len(out) == 0 {
+		return nil
+	}
+	if crash("before-dir-sync") {
+		return errCrashInjected
+	}
+	if err := SyncDir(p.dir); err != nil {
+		return fmt.Errorf("cannot fsync partition dir: %w", err)
+	}
+	var names []string
+	for _, c := range out {
+		names = append(names, c.old.name(""))
+	}
+	p.mu.Lock()
+	p.waitRollLocked()
+	cur := *p.segs.Load()
+	if p.closed || !segmentsPresent(cur, out) {
+		p.mu.Unlock()
+		return errCleanAborted
+	}
+	if crash("before-marker") {
+		p.mu.Unlock()
+		return errCrashInjected
+	}
+	if err := WriteFileAtomic(p.dir, cleanerSwapName, []byte(strings.Join(names, "\n"))); err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("cannot write swap marker: %w", err)
+	}
+	for i, c := range out {
+		for _, ext := range cleanedExts {
+			if i == len(out)/2 && ext == ".timeindex" && crash("mid-rename") {
+				p.mu.Unlock()
+				return errCrashInjected
+			}
+			if err := os.Rename(c.seg.path(ext)+cleanedSuffix, c.seg.path(ext)); err != nil {
+				p.mu.Unlock()
+				// The marker stays: the next open finishes the renames.
+				return fmt.Errorf("cannot rename cleaned segment %d%s: %w", c.seg.base, ext, err)
+			}
+		}
+	}
+	if crash("before-final-dir-sync") {
+		p.mu.Unlock()
+		return errCrashInjected
+	}
+	if err := SyncDir(p.dir); err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("cannot fsync partition dir: %w", err)
+	}
+	// Publish the new list; the old files close after mu (segMu is never taken under mu).
+	repl := make(map[*segment]*segment, len(out))
+	for _, c := range out {
+		repl[c.old] = c.seg
+	}
+	next := make([]*segment, len(cur))
+	for i, s := range cur {
+		if n, ok := repl[s]; ok {
+			next[i] = n
+		} else {
+			next[i] = s
+		}
+	}
+	p.segs.Store(&next)
+	if len(droppedAborts) > 0 {
+		p.txn.mu.Lock()
+		kept := p.txn.aborted[:0:0]
+		var span int64
+		for _, a := range p.txn.aborted {
+			if !droppedAborts[a.LastOffset] {
+				kept = append(kept, a)
+				span = max(span, a.LastOffset-a.FirstOffset)
+			}
+		}
+		p.txn.aborted, p.txn.maxSpan = kept, span
+		p.txn.mu.Unlock()
+	}
+	crashed := crash("before-marker-removal")
+	if !crashed {
+		_ = os.Remove(filepath.Join(p.dir, cleanerSwapName))
+		_ = SyncDir(p.dir)
+	}
+	p.mu.Unlock()
+	p.segMu.Lock()
+	for _, c := range out {
+		if !c.old.deleted {
+			c.old.deleted = true
+			_ = c.old.f.Close()
+		}
+	}
+	p.segMu.Unlock()
+	if crashed {
+		return errCrashInjected
+	}
+	return nil
+}
+
+func segmentsPresent(cur []*segment, out []cleaned) bool {
+	in := make(map[*segment]bool, len(cur))
+	for _, s := range cur {
+		in[s] = true
+	}
+	for _, c := range out {
+		if !in[c.old] {
+			return false
+		}
+	}
+	return true
+}
+
+// recoverCleanerSwap finishes or rolls back a swap a crash interrupted (recoverLog, before the
+// segment files are listed): with the marker, every .cleaned file it names replaces its old
+// file; without it, .cleaned files are leftovers of a clean that never reached its swap.
+func recoverCleanerSwap(dir string, log *zap.Logger) error {
+	marker := filepath.Join(dir, cleanerSwapName)
+	buf, err := os.ReadFile(marker)
+	found := err == nil
+	if found {
+		for _, name := range strings.Split(string(buf), "\n") {
+			if name == "" {
+				continue
+			}
+			for _, ext := range cleanedExts {
+				from := filepath.Join(dir, name+ext+cleanedSuffix)
+				if _, serr := os.Stat(from); serr == nil {
+					if err := os.Rename(from, filepath.Join(dir, name+ext)); err != nil {
+						return fmt.Errorf("cannot finish cleaner swap (%s): %w", name, err)
+					}
+				}
+			}
+		}
+		if err := SyncDir(dir); err != nil {
+			return err
+		}
+		log.Info("finished a cleaner swap interrupted by a crash", zap.Int("segments", strings.Count(string(buf), "\n")+1))
+	} else if !os.IsNotExist(err) {
+		return fmt.Errorf("cannot read cleaner swap marker: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), cleanedSuffix) {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	if found {
+		_ = os.Remove(marker)
+	}
+	return SyncDir(dir)
+}
+
+// loadCleanerCheckpoint reads where the last clean ended (0 without one).
+func loadCleanerCheckpoint(dir string) int64 {
+	buf, err := os.ReadFile(filepath.Join(dir, cleanerCheckpointName))
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(buf)), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}

@@ -1,0 +1,831 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// kv is one keyed record of a test batch; a nil value is a tombstone.
+type kv struct {
+	key   string
+	value []byte
+}
+
+// makeKeyed encodes a v2 batch of keyed records (see makeBatch).
+func makeKeyed(t testing.TB, pid int64, epoch int16, seq int32, txn bool, ts int64, recs []kv) codec.Batch {
+	t.Helper()
+	return makeKeyedZ(t, pid, epoch, seq, txn, ts, recs, 0)
+}
+
+// makeKeyedZ is makeKeyed with the records compressed by Kafka codec comp (0: none).
+func makeKeyedZ(t testing.TB, pid int64, epoch int16, seq int32, txn bool, ts int64, recs []kv, comp int) codec.Batch {
+	t.Helper()
+	if pid < 0 {
+		seq, epoch = -1, -1
+	}
+	var body []byte
+	for i, r := range recs {
+		rec := kmsg.Record{TimestampDelta64: int64(i), OffsetDelta: int32(i), Key: []byte(r.key), Value: r.value}
+		enc := rec.AppendTo(nil)
+		rec.Length = int32(len(enc) - 1)
+		body = rec.AppendTo(body)
+	}
+	var attrs int16
+	if txn {
+		attrs = codec.AttrTransactional
+	}
+	if comp != 0 {
+		z, err := compressRecords(comp, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = z
+		attrs |= int16(comp)
+	}
+	rb := kmsg.RecordBatch{Attributes: attrs,
+		Length: int32(codec.BatchHeaderSize - codec.LogOverhead + len(body)), PartitionLeaderEpoch: -1, Magic: 2,
+		LastOffsetDelta: int32(len(recs) - 1), FirstTimestamp: ts, MaxTimestamp: ts + int64(len(recs)-1),
+		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: seq, NumRecords: int32(len(recs)), Records: body,
+	}
+	b := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	v, code := codec.ValidateProduce(b, codec.ValidateOptions{})
+	if code != codec.CodeNone {
+		t.Fatalf("test batch invalid: code %d", code)
+	}
+	return v
+}
+
+// compactModel is what a read_committed consumer must end up with: the latest committed value
+// of every key (nil: deleted).
+type compactModel struct {
+	latest map[string][]byte
+	seqs   map[int64]int32 // next sequence per producer
+}
+
+const cleanerTestTopicDeleteRetention = 1000
+
+// runCompactWorkload writes a random keyed workload: plain idempotent batches, transactions of
+// three producers that commit or abort, tombstones, across many small segments. Every
+// transaction is closed at the end.
+func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *compactModel {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	m := &compactModel{latest: map[string][]byte{}, seqs: map[int64]int32{}}
+	// Every write with its offset; a transaction's writes count once it commits. The latest
+	// committed write of a key by offset is what a read_committed consumer ends with.
+	type write struct {
+		off   int64
+		key   string
+		value []byte
+		txn   int // 0: not transactional
+	}
+	var writes []write
+	committed := map[int]bool{0: true}
+	openTxn := map[int64]int{} // pid → transaction number
+	txnNo := 0
+	const plain = 9
+	batch := func(n int) []kv {
+		recs := make([]kv, n)
+		for i := range recs {
+			var v []byte
+			if rng.IntN(8) != 0 {
+				v = []byte(fmt.Sprintf("v%d-%d", seed, rng.IntN(1_000_000)))
+			}
+			recs[i] = kv{fmt.Sprintf("k%02d", rng.IntN(40)), v}
+		}
+		return recs
+	}
+	record := func(base int64, recs []kv, txn int) {
+		for i, r := range recs {
+			writes = append(writes, write{base + int64(i), r.key, r.value, txn})
+		}
+	}
+	closeTxn := func(pid int64, commit bool) {
+		mustMarker(t, p, pid, 0, commit, 0)
+		committed[openTxn[pid]] = commit
+		delete(openTxn, pid)
+	}
+	for step := 0; step < steps; step++ {
+		switch x := rng.IntN(10); {
+		case x < 5:
+			recs := batch(1 + rng.IntN(4))
+			seq := m.seqs[plain]
+			r := mustAppend(t, p, makeKeyedZ(t, plain, 0, seq, false, 1000+int64(step), recs, rng.IntN(5)), 0)
+			m.seqs[plain] = seq + int32(len(recs))
+			record(r.BaseOffset, recs, 0)
+		case x < 8:
+			pid := int64(100 + rng.IntN(3))
+			if _, ok := openTxn[pid]; !ok {
+				txnNo++
+				openTxn[pid] = txnNo
+			}
+			recs := batch(1 + rng.IntN(3))
+			seq := m.seqs[pid]
+			g, ongoing := p.VerificationGuard(pid, 0)
+			if ongoing {
+				g = 0
+			}
+			r := p.AppendTxn(makeKeyedZ(t, pid, 0, seq, true, 1000+int64(step), recs, rng.IntN(5)), 0, g)
+			if r.Code != codec.CodeNone {
+				t.Fatalf("txn append: code %d", r.Code)
+			}
+			if err := syncWait(p, r.LastOffset+1); err != nil {
+				t.Fatal(err)
+			}
+			m.seqs[pid] = seq + int32(len(recs))
+			record(r.BaseOffset, recs, openTxn[pid])
+		default:
+			for pid := int64(100); pid < 103; pid++ {
+				if _, ok := openTxn[pid]; ok {
+					closeTxn(pid, rng.IntN(3) != 0)
+					break
+				}
+			}
+		}
+	}
+	for pid := int64(100); pid < 103; pid++ {
+		if _, ok := openTxn[pid]; ok {
+			closeTxn(pid, true)
+		}
+	}
+	for _, w := range writes { // in offset order
+		if committed[w.txn] {
+			m.latest[w.key] = w.value
+		}
+	}
+	return m
+}
+
+// committedView reads the partition as a read_committed consumer does: aborted transactions'
+// records and markers are dropped, the last value of a key wins. It also returns how many
+// times each key occurs in the batches below upTo, and the number of control batches there.
+func committedView(t *testing.T, p *Partition, upTo int64) (view map[string][]byte, occ map[string]int, markers int) {
+	t.Helper()
+	view, occ = map[string][]byte{}, map[string]int{}
+	lso := p.LastStableOffset()
+	aborted := p.AbortedTransactions(p.LogStartOffset(), lso)
+	inAborted := func(b codec.Batch) bool {
+		for _, a := range aborted {
+			if a.ProducerID == b.ProducerID() && a.FirstOffset <= b.BaseOffset() && b.BaseOffset() < a.LastOffset {
+				return true
+			}
+		}
+		return false
+	}
+	for _, b := range readAll(t, p, p.LogStartOffset()) {
+		if b.BaseOffset() >= lso {
+			break
+		}
+		if b.IsControl() {
+			if b.BaseOffset() < upTo {
+				markers++
+			}
+			continue
+		}
+		if b.IsTransactional() && inAborted(b) {
+			continue
+		}
+		if err := walkRecords(b, func(r *rawRecord) error {
+			k := string(r.key)
+			if b.BaseOffset() < upTo {
+				occ[k]++
+			}
+			if r.tombstone {
+				view[k] = nil
+			} else {
+				view[k] = append([]byte(nil), recordValue(t, r)...)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return view, occ, markers
+}
+
+// recordValue extracts the value of a parsed record.
+func recordValue(t *testing.T, r *rawRecord) []byte {
+	t.Helper()
+	q := r.rest
+	_, k := binary.Varint(q) // offset delta
+	q = q[k:]
+	kl, k := binary.Varint(q)
+	q = q[k:]
+	if kl > 0 {
+		q = q[kl:]
+	}
+	vl, k := binary.Varint(q)
+	return q[k : k+int(vl)]
+}
+
+// liveOf drops deleted keys: a consumer cannot tell a tombstone from an absent key.
+func liveOf(m map[string][]byte) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if v != nil {
+			out[k] = string(v)
+		}
+	}
+	return out
+}
+
+func sameLive(t *testing.T, what string, got map[string][]byte, want map[string][]byte) {
+	t.Helper()
+	g, w := liveOf(got), liveOf(want)
+	if len(g) != len(w) {
+		t.Fatalf("%s: %d live keys, want %d", what, len(g), len(w))
+	}
+	for k, v := range w {
+		if g[k] != v {
+			t.Fatalf("%s: key %s = %q, want %q", what, k, g[k], v)
+		}
+	}
+}
+
+func compactTopic(t *testing.T, s *Store) *Partition {
+	t.Helper()
+	return newPartition(t, s, map[string]string{"cleanup.policy": "compact", "segment.bytes": "2048",
+		"delete.retention.ms": fmt.Sprint(cleanerTestTopicDeleteRetention), "min.cleanable.dirty.ratio": "0.01"})
+}
+
+var cleanerT0 = time.UnixMilli(10_000_000)
+
+// TestCleanerModel: random keyed and transactional workloads with aborts, in batches of every
+// codec (none, gzip, snappy, lz4, zstd); after a clean a
+// read_committed read gives exactly the latest committed value of every key, each key occurs
+// at most once in the cleaned range, tombstones and markers go once delete.retention.ms passed
+// since the clean that first saw them, and the state survives a restart.
+func TestCleanerModel(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir)
+			p := compactTopic(t, s)
+			m := runCompactWorkload(t, p, seed, 400)
+			before, _, _ := committedView(t, p, 0)
+			sameLive(t, "before clean", before, m.latest)
+			lso := p.LastStableOffset()
+			states := map[int64]int32{}
+			for pid := range m.seqs {
+				_, seq, _, _ := p.ProducerState(pid)
+				states[pid] = seq
+			}
+
+			aborts := 0
+			for _, b := range readAll(t, p, 0) {
+				if b.IsControl() && codec.ControlType(b) == codec.ControlAbort {
+					aborts++
+				}
+			}
+			if err := s.RunCleaner(cleanerT0); err != nil {
+				t.Fatal(err)
+			}
+			to := p.cleanedTo.Load()
+			if aborts == 0 || len(p.AbortedTransactions(0, to)) == 0 {
+				t.Fatalf("workload has %d ABORT markers, %d in the cleaned range after the first clean", aborts, len(p.AbortedTransactions(0, to)))
+			}
+			if to == 0 {
+				t.Fatal("nothing cleaned")
+			}
+			view, occ, _ := committedView(t, p, to)
+			sameLive(t, "after clean", view, m.latest)
+			codecs := map[int]int{}
+			for _, b := range readAll(t, p, 0) {
+				if b.BaseOffset() < to && b.NumRecords() > 0 {
+					codecs[b.Compression()]++
+				}
+			}
+			if len(codecs) != 5 {
+				t.Fatalf("cleaned range holds batches of codecs %v, want all five kept in their codec", codecs)
+			}
+			for k, n := range occ {
+				if n > 1 {
+					t.Fatalf("key %s occurs %d times in the cleaned range", k, n)
+				}
+			}
+			if p.LastStableOffset() != lso {
+				t.Fatalf("LSO %d after clean, was %d", p.LastStableOffset(), lso)
+			}
+			tombs := func() int {
+				n := 0
+				for _, b := range readAll(t, p, p.LogStartOffset()) {
+					if b.BaseOffset() >= to || b.IsControl() {
+						continue
+					}
+					_ = walkRecords(b, func(r *rawRecord) error {
+						if r.tombstone {
+							n++
+						}
+						return nil
+					})
+				}
+				return n
+			}
+			hadTombs := tombs()
+
+			// Within delete.retention.ms nothing more goes; then tombstones go, and markers whose
+			// transactions have no record left go one horizon later.
+			if err := s.RunCleaner(cleanerT0.Add(cleanerTestTopicDeleteRetention * time.Millisecond / 2)); err != nil {
+				t.Fatal(err)
+			}
+			if n := tombs(); n != hadTombs {
+				t.Fatalf("%d tombstones before delete.retention.ms, want %d", n, hadTombs)
+			}
+			for i := 1; i <= 3; i++ {
+				if err := s.RunCleaner(cleanerT0.Add(time.Duration(i) * (cleanerTestTopicDeleteRetention + 1) * time.Millisecond)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if hadTombs == 0 {
+				t.Fatal("workload wrote no tombstone into the cleaned range")
+			}
+			if n := tombs(); n != 0 {
+				t.Fatalf("%d tombstones left after delete.retention.ms", n)
+			}
+			view, _, markers := committedView(t, p, to)
+			sameLive(t, "after tombstone removal", view, m.latest)
+			for _, a := range p.AbortedTransactions(0, to) {
+				if a.LastOffset < to {
+					t.Fatalf("aborted index still names a removed transaction: %+v", a)
+				}
+			}
+			// No ABORT marker is left in the cleaned range: their records went in the first clean,
+			// the second stamped their horizon, the third removed them.
+			for _, b := range readAll(t, p, p.LogStartOffset()) {
+				if b.BaseOffset() < to && b.IsControl() && codec.ControlType(b) == codec.ControlAbort {
+					t.Fatalf("ABORT marker at %d left after its delete horizon", b.BaseOffset())
+				}
+			}
+			if markers == 0 {
+				t.Log("no COMMIT marker kept in the cleaned range")
+			}
+			for pid, seq := range states {
+				if _, got, _, _ := p.ProducerState(pid); got != seq {
+					t.Fatalf("producer %d last sequence %d after clean, was %d", pid, got, seq)
+				}
+			}
+
+			// Restart (kill -9): the same committed content, producer state and LSO.
+			crash(s)
+			s = openStore(t, dir)
+			defer s.Close()
+			p = s.Topic("t").Partition(0)
+			view, _, _ = committedView(t, p, 0)
+			sameLive(t, "after restart", view, m.latest)
+			for pid, seq := range states {
+				if _, got, _, _ := p.ProducerState(pid); got != seq {
+					t.Fatalf("producer %d last sequence %d after restart, was %d", pid, got, seq)
+				}
+			}
+			if p.LastStableOffset() != lso {
+				t.Fatalf("LSO %d after restart, was %d", p.LastStableOffset(), lso)
+			}
+			// Idempotence across the clean: the next sequence is accepted, a duplicate is not
+			// appended twice.
+			seq := m.seqs[100]
+			if seq > 0 {
+				g, _ := p.VerificationGuard(100, 0)
+				r := p.AppendTxn(makeKeyed(t, 100, 0, seq, true, 5000, []kv{{"k00", []byte("x")}}), 0, g)
+				if r.Code != codec.CodeNone {
+					t.Fatalf("append after clean: code %d", r.Code)
+				}
+			}
+		})
+	}
+}
+
+// fileSet hashes every segment file (.log, .index, .timeindex, .txnindex) of dir.
+func fileSet(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		for _, ext := range cleanedExts {
+			if strings.HasSuffix(e.Name(), ext) {
+				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[e.Name()] = fmt.Sprintf("%x", crc32.ChecksumIEEE(b))
+			}
+		}
+	}
+	return out
+}
+
+// TestCleanerCrashAtEachSwapStep: a kill -9 at each step of a clean leaves the old segment set
+// or the new one (never a mix), reads give the same committed content, and a clean after the
+// restart succeeds.
+func TestCleanerCrashAtEachSwapStep(t *testing.T) {
+	// The new set, from a clean that is not interrupted.
+	refDir := t.TempDir()
+	ref := openStore(t, refDir, withoutWAL)
+	rp := compactTopic(t, ref)
+	m := runCompactWorkload(t, rp, 42, 300)
+	pdir := rp.dir
+	if err := ref.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ref = openStore(t, refDir, withoutWAL)
+	oldSet := fileSet(t, pdir)
+	if err := ref.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	newSet := fileSet(t, pdir)
+	ref.Close()
+
+	steps := []string{"before-dir-sync", "before-marker", "mid-rename", "before-final-dir-sync", "before-marker-removal"}
+	for _, step := range steps {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir, withoutWAL)
+			p := compactTopic(t, s)
+			runCompactWorkload(t, p, 42, 300)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openStore(t, dir, withoutWAL)
+			p = s.Topic("t").Partition(0)
+			if got := fileSet(t, p.dir); !sameFiles(got, oldSet) {
+				t.Fatal("workload is not deterministic: old sets differ")
+			}
+			cleanerCrashAt = func(at string) bool { return at == step }
+			err := s.RunCleaner(cleanerT0)
+			cleanerCrashAt = nil
+			if !errors.Is(err, errCrashInjected) {
+				t.Fatalf("clean: %v, want the injected crash", err)
+			}
+			crash(s)
+			s = openStore(t, dir, withoutWAL)
+			defer s.Close()
+			p = s.Topic("t").Partition(0)
+			got := fileSet(t, p.dir)
+			switch {
+			case sameFiles(got, oldSet):
+				if step == "mid-rename" || step == "before-final-dir-sync" || step == "before-marker-removal" {
+					t.Fatal("rolled back after the swap marker was written")
+				}
+			case sameFiles(got, newSet):
+				if step == "before-dir-sync" || step == "before-marker" {
+					t.Fatal("rolled forward without a swap marker")
+				}
+			default:
+				t.Fatalf("after a crash at %s the segment files are neither the old nor the new set", step)
+			}
+			ents, _ := os.ReadDir(p.dir)
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), cleanedSuffix) || e.Name() == cleanerSwapName {
+					t.Fatalf("%s left behind", e.Name())
+				}
+			}
+			view, _, _ := committedView(t, p, 0)
+			sameLive(t, "after crash", view, m.latest)
+			if err := s.RunCleaner(cleanerT0); err != nil {
+				t.Fatal(err)
+			}
+			view, _, _ = committedView(t, p, 0)
+			sameLive(t, "after a clean following the crash", view, m.latest)
+		})
+	}
+}
+
+func sameFiles(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCleanerErrorTakesCleaningOffline: a write failure while cleaning leaves the partition
+// serving (produce and fetch) with its cleaning offline and the error counted.
+func TestCleanerErrorTakesCleaningOffline(t *testing.T) {
+	ffs := &faultFS{}
+	s := openStore(t, "", withoutWAL, func(c *Config) { c.FS = ffs })
+	defer s.Close()
+	p := compactTopic(t, s)
+	m := runCompactWorkload(t, p, 3, 200)
+	errs := cleanerErrorsTotal.Get()
+	ffs.set(func(f *faultFS) { f.match = cleanedSuffix; f.writeErr = errors.New("EIO") })
+	if err := s.RunCleaner(cleanerT0); err == nil {
+		t.Fatal("clean succeeded despite the write failure")
+	}
+	ffs.set(func(f *faultFS) { f.match = ""; f.writeErr = nil })
+	if !p.CleaningOffline() || cleanerErrorsTotal.Get() != errs+1 {
+		t.Fatalf("offline %v, errors %d (was %d)", p.CleaningOffline(), cleanerErrorsTotal.Get(), errs)
+	}
+	view, _, _ := committedView(t, p, 0)
+	sameLive(t, "after the failed clean", view, m.latest)
+	mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 9000, []kv{{"k01", []byte("after")}}), 0)
+	ents, _ := os.ReadDir(p.dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), cleanedSuffix) {
+			t.Fatalf("%s left behind by the failed clean", e.Name())
+		}
+	}
+}
+
+// TestReadAcrossCompactionGaps: a fetch at an offset a clean removed returns the next batch
+// after the gap, and a fetch from the start walks every gap.
+func TestReadAcrossCompactionGaps(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := compactTopic(t, s)
+	for i := 0; i < 200; i++ {
+		mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, int64(1000+i), []kv{{fmt.Sprintf("k%d", i%5), []byte(fmt.Sprint(i))}}), 0)
+	}
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	to := p.cleanedTo.Load()
+	all := readAll(t, p, 0)
+	var offs []int64
+	for _, b := range all {
+		offs = append(offs, b.BaseOffset())
+	}
+	if !sort.SliceIsSorted(offs, func(i, j int) bool { return offs[i] < offs[j] }) || int64(len(all)) >= to {
+		t.Fatalf("no gaps below %d: %d batches", to, len(all))
+	}
+	for o := int64(0); o < to; o++ {
+		buf, code := p.Read(nil, o, 1, p.HighWatermark())
+		if code != codec.CodeNone || len(buf) == 0 {
+			t.Fatalf("read at %d: code %d, %d bytes", o, code, len(buf))
+		}
+		b, _, _ := codec.FrameBatch(buf)
+		if b.LastOffset() < o {
+			t.Fatalf("read at %d returned batch ending at %d", o, b.LastOffset())
+		}
+		i := sort.Search(len(offs), func(i int) bool { return offs[i] >= o })
+		if b.BaseOffset() != offs[i] {
+			t.Fatalf("read at %d returned batch %d, want %d", o, b.BaseOffset(), offs[i])
+		}
+	}
+}
+
+// fillKeys appends n single-record batches cycling over keys, timestamps from ts.
+func fillKeys(t *testing.T, p *Partition, n, keys int, ts int64) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, ts+int64(i), []kv{{fmt.Sprintf("k%d", i%keys), []byte(fmt.Sprintf("value-%06d", i))}}), 0)
+	}
+}
+
+// TestCleanerChoosesByDirtyRatioAndLag: the background check cleans a partition only once its
+// dirty ratio reaches min.cleanable.dirty.ratio, or once its oldest dirty segment waited
+// max.compaction.lag.ms; segments younger than min.compaction.lag.ms are never cleaned.
+func TestCleanerChoosesByDirtyRatioAndLag(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	ts := cleanerT0.UnixMilli()
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact", "segment.bytes": "2048",
+		"min.cleanable.dirty.ratio": "0.9", "min.compaction.lag.ms": "3600000"})
+	fillKeys(t, p, 300, 10, ts)
+	check := func(now time.Time) int64 {
+		c := s.newCleaner()
+		c.cfg.Now = func() time.Time { return now }
+		if err := c.runOnce(false); err != nil {
+			t.Fatal(err)
+		}
+		return p.FirstDirtyOffset()
+	}
+	// Everything is younger than min.compaction.lag.ms.
+	if got := check(cleanerT0); got != 0 {
+		t.Fatalf("cleaned to %d within min.compaction.lag.ms", got)
+	}
+	later := cleanerT0.Add(2 * time.Hour)
+	first := check(later) // all dirty: ratio 1 >= 0.9
+	if first == 0 {
+		t.Fatal("not cleaned with dirty ratio 1")
+	}
+	// A little more dirty data: the ratio stays below 0.9.
+	fillKeys(t, p, 60, 10, ts+1000)
+	if got := check(later); got != first {
+		t.Fatalf("cleaned to %d with a low dirty ratio (was %d)", got, first)
+	}
+	g, ok := dirtyRatios.Load(`kaas_cleaner_dirty_ratio{topic="t",partition="0"}`)
+	if !ok {
+		t.Fatal("no dirty ratio gauge")
+	}
+	if r := math.Float64frombits(g.(*atomic.Uint64).Load()); !(r > 0 && r < 0.9) {
+		t.Fatalf("dirty ratio gauge %v, want in (0, 0.9)", r)
+	}
+	// max.compaction.lag.ms forces it.
+	if err := s.AlterTopicConfig("t", map[string]*string{"max.compaction.lag.ms": ptr("3600001")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := check(later.Add(time.Hour)); got <= first {
+		t.Fatalf("max.compaction.lag.ms did not force a clean: %d (was %d)", got, first)
+	}
+}
+
+// TestCompactedActiveSegmentRollsAtMaxCompactionLag: on a compacted topic the active segment
+// rolls once max.compaction.lag.ms passed (when it is below segment.ms), so its records become
+// cleanable (KIP-354).
+func TestCompactedActiveSegmentRollsAtMaxCompactionLag(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact", "max.compaction.lag.ms": "1000"})
+	mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 1, []kv{{"a", []byte("1")}}), 10)
+	mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 2, []kv{{"a", []byte("2")}}), 500)
+	if n := len(*p.segs.Load()); n != 1 {
+		t.Fatalf("%d segments before the lag", n)
+	}
+	mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 3, []kv{{"a", []byte("3")}}), 1010)
+	if n := len(*p.segs.Load()); n != 2 {
+		t.Fatalf("%d segments after max.compaction.lag.ms, want 2", n)
+	}
+}
+
+// TestCompactOnlyTopicIgnoresTimeAndSizeRetention: cleanup.policy=compact alone deletes nothing
+// by retention.ms / retention.bytes; compact,delete does both.
+func TestCompactOnlyTopicIgnoresTimeAndSizeRetention(t *testing.T) {
+	for _, policy := range []string{"compact", "compact,delete"} {
+		s := openStore(t, "")
+		p := newPartition(t, s, map[string]string{"cleanup.policy": policy, "segment.bytes": "1024", "retention.ms": "1", "retention.bytes": "1"})
+		fillKeys(t, p, 100, 10, 1)
+		before := len(*p.segs.Load())
+		s.RunRetention(time.Now())
+		after := len(*p.segs.Load())
+		if policy == "compact" && (after != before || p.LogStartOffset() != 0) {
+			t.Fatalf("compact: retention removed segments (%d -> %d)", before, after)
+		}
+		if policy == "compact,delete" && after != 1 {
+			t.Fatalf("compact,delete: %d segments left, want the active one", after)
+		}
+		s.Close()
+	}
+}
+
+// TestCleanedSegmentWithoutIndexesIsRescanned: a cleaned segment (offset gaps) whose index files
+// are gone is rebuilt by the recovery scan without cutting anything at its gaps.
+func TestCleanedSegmentWithoutIndexesIsRescanned(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	p := compactTopic(t, s)
+	fillKeys(t, p, 300, 7, 1)
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := committedView(t, p, 0)
+	batches := len(readAll(t, p, 0))
+	pdir := p.dir
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	removeAll(t, filesWith(t, pdir, ".index"))
+	s = openStore(t, dir)
+	defer s.Close()
+	p = s.Topic("t").Partition(0)
+	got, _, _ := committedView(t, p, 0)
+	sameLive(t, "after rescan", got, want)
+	if n := len(readAll(t, p, 0)); n != batches {
+		t.Fatalf("%d batches after the rescan, want %d", n, batches)
+	}
+}
+
+// TestCleanerConcurrentWithProduceAndFetch: cleans run while a producer appends (rolling
+// segments) and a reader fetches from the start; every fetch returns valid batches in offset
+// order, and the final content is the latest value of every key.
+func TestCleanerConcurrentWithProduceAndFetch(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := compactTopic(t, s)
+	latest := map[string]string{}
+	done := make(chan struct{})
+	prodErr := make(chan error, 1)
+	go func() {
+		defer close(prodErr)
+		for i := 0; i < 1500; i++ {
+			k, v := fmt.Sprintf("k%d", i%13), fmt.Sprint(i)
+			r := p.Append(makeKeyed(t, -1, 0, 0, false, int64(i), []kv{{k, []byte(v)}}), 0)
+			if r.Code != codec.CodeNone {
+				prodErr <- fmt.Errorf("append %d: code %d", i, r.Code)
+				return
+			}
+			if err := syncWait(p, r.LastOffset+1); err != nil {
+				prodErr <- err
+				return
+			}
+			latest[k] = v
+		}
+	}()
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(readErr)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			from, last := int64(0), int64(-1)
+			for from < p.HighWatermark() {
+				buf, code := p.Read(nil, from, 4096, p.HighWatermark())
+				if code != codec.CodeNone {
+					readErr <- fmt.Errorf("read at %d: code %d", from, code)
+					return
+				}
+				for len(buf) > 0 {
+					b, ok, bad := codec.FrameBatch(buf)
+					if !ok || bad || !b.CRCValid() || b.BaseOffset() <= last {
+						readErr <- fmt.Errorf("read at %d: bad batch (last %d)", from, last)
+						return
+					}
+					last = b.LastOffset()
+					buf = buf[len(b):]
+				}
+				from = last + 1
+			}
+		}
+	}()
+	cleans := 0
+	for {
+		select {
+		case err, ok := <-prodErr:
+			if ok && err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				close(done)
+				if err := <-readErr; err != nil {
+					t.Fatal(err)
+				}
+				if err := s.RunCleaner(cleanerT0); err != nil {
+					t.Fatal(err)
+				}
+				view, _, _ := committedView(t, p, 0)
+				got := liveOf(view)
+				for k, v := range latest {
+					if got[k] != v {
+						t.Fatalf("key %s = %q, want %q", k, got[k], v)
+					}
+				}
+				if cleans == 0 {
+					t.Fatal("no clean ran during the produce")
+				}
+				return
+			}
+		default:
+			if err := s.RunCleaner(cleanerT0); err != nil {
+				t.Fatal(err)
+			}
+			if p.FirstDirtyOffset() > 0 {
+				cleans++
+			}
+		}
+	}
+}
+
+// TestCleanerRacingRetentionStaysOnline: on a compact,delete topic retention removes segments
+// (closing their files) between a clean's map pass and its rewrite; that clean is abandoned,
+// not an error that takes cleaning offline, and the next one succeeds.
+func TestCleanerRacingRetentionStaysOnline(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact,delete", "segment.bytes": "1024",
+		"min.cleanable.dirty.ratio": "0.01"})
+	fillKeys(t, p, 300, 50, time.Now().UnixMilli()) // young: only retention.bytes removes
+	errs := cleanerErrorsTotal.Get()
+	cleanerStepHook = func(p *Partition) {
+		cleanerStepHook = nil
+		if err := s.AlterTopicConfig("t", map[string]*string{"retention.bytes": ptr("16384")}); err != nil {
+			t.Error(err)
+		}
+		s.RunRetention(time.Now())
+	}
+	defer func() { cleanerStepHook = nil }()
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	if p.LogStartOffset() == 0 {
+		t.Fatal("retention removed nothing")
+	}
+	if p.CleaningOffline() || cleanerErrorsTotal.Get() != errs || p.FirstDirtyOffset() != 0 {
+		t.Fatalf("cleaning offline %v, cleaner errors %d (was %d), cleaned to %d", p.CleaningOffline(), cleanerErrorsTotal.Get(), errs, p.FirstDirtyOffset())
+	}
+	if err := s.RunCleaner(cleanerT0); err != nil || p.FirstDirtyOffset() == 0 {
+		t.Fatalf("clean after retention: %v, cleaned to %d", err, p.FirstDirtyOffset())
+	}
+}
