@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // DocFile is a small versioned JSON document kept whole in one file and replaced atomically on
@@ -61,4 +62,46 @@ func (d DocFile[T]) Save(items []T) error {
 		return fmt.Errorf("cannot write %s file (%s): %w", d.What, filepath.Join(d.Dir, d.Name), err)
 	}
 	return nil
+}
+
+// SharedDocFile is a DocFile whose saves and read-modify-write updates are serialised within
+// one process (the single broker's ACL and client-quota stores). A file has no revisions:
+// Update reports revision 0. Cluster mode keeps such documents in etcd instead, because two
+// processes rewriting one file would lose each other's changes.
+//
+// Lock order: mu is a leaf (held across the file's read-modify-write).
+type SharedDocFile[T any] struct {
+	Doc DocFile[T]
+	mu  sync.Mutex
+}
+
+// Load reads the items; a missing file is none.
+func (s *SharedDocFile[T]) Load() ([]T, error) { return s.Doc.Load() }
+
+// Save replaces the items durably.
+func (s *SharedDocFile[T]) Save(items []T) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Doc.Save(items)
+}
+
+// Update reads the items, lets fn compute the next set and saves it when fn reports a change.
+func (s *SharedDocFile[T]) Update(fn func(cur []T) ([]T, bool, error)) ([]T, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.Doc.Load()
+	if err != nil {
+		return nil, 0, err
+	}
+	next, changed, err := fn(cur)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !changed {
+		return cur, 0, nil
+	}
+	if err := s.Doc.Save(next); err != nil {
+		return nil, 0, err
+	}
+	return next, 0, nil
 }
