@@ -383,21 +383,11 @@ func (s *Store) CreateTopic(name string, partitions int32, configs map[string]st
 // Dir/deleted (atomic: after a crash the topic is either fully there or gone) and removed in the
 // background. A topic created later under the same name gets a new ID.
 func (s *Store) DeleteTopic(name string) error {
-	s.mu.Lock()
-	t := s.topics[name]
-	if t == nil {
-		s.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	t, err := s.dropTopic(name, false)
+	if err != nil {
+		return err
 	}
-	delete(s.topics, name)
-	delete(s.byID, t.ID)
-	s.mu.Unlock()
-
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, p := range *t.parts.Load() {
-		_ = p.shutdown(false)
-	}
 	if err := s.parkDir(t.dir, name+"-"+hex.EncodeToString(t.ID[:])); err != nil {
 		if s.cfg.Lazy && errors.Is(err, os.ErrNotExist) {
 			return nil // on a shared volume another broker moved it away first
@@ -407,26 +397,36 @@ func (s *Store) DeleteTopic(name string) error {
 	return nil
 }
 
-// ForgetTopic closes a topic and drops it from this store without touching its files: on a
-// shared volume (cluster mode) the broker that served DeleteTopics parks the directory, and the
-// others, told by etcd, only let go of theirs. Appends, reads and markers on its partitions
-// then answer as for a released partition.
-func (s *Store) ForgetTopic(name string) error {
+// dropTopic removes name from the store and shuts its partitions down (clean: synced and
+// snapshotted first); it returns the topic with its mu held.
+func (s *Store) dropTopic(name string, clean bool) (*Topic, error) {
 	s.mu.Lock()
 	t := s.topics[name]
 	if t == nil {
 		s.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+		return nil, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
 	delete(s.topics, name)
 	delete(s.byID, t.ID)
 	s.mu.Unlock()
 
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, p := range *t.parts.Load() {
-		_ = p.shutdown(true)
+		_ = p.shutdown(clean)
 	}
+	return t, nil
+}
+
+// ForgetTopic closes a topic and drops it from this store without touching its files: on a
+// shared volume (cluster mode) the broker that served DeleteTopics parks the directory, and the
+// others, told by etcd, only let go of theirs. Appends, reads and markers on its partitions
+// then answer as for a released partition.
+func (s *Store) ForgetTopic(name string) error {
+	t, err := s.dropTopic(name, true)
+	if err != nil {
+		return err
+	}
+	t.mu.Unlock()
 	return nil
 }
 
