@@ -75,6 +75,10 @@ type clusterNode struct {
 	failStop func(reason string)
 }
 
+// deadIncarnationGCEvery is how often the controller looks for dead incarnations' WALs, offset
+// logs and journals to delete (a variable for tests).
+var deadIncarnationGCEvery = time.Minute
+
 // joinTimeout bounds every etcd call made while starting.
 const joinTimeout = 30 * time.Second
 
@@ -390,7 +394,7 @@ func (cn *clusterNode) followSecurity(sec *clusterSecurity, a *acl.Authorizer, q
 // epoch (storage.RemoveDeadWAL decides from the epoch files). Only the controller does it, once
 // a minute; a live incarnation's WAL is never touched.
 func (cn *clusterNode) collectDeadWALs(b *Broker) {
-	t := time.NewTicker(time.Minute)
+	t := time.NewTicker(deadIncarnationGCEvery)
 	defer t.Stop()
 	for {
 		select {

@@ -657,3 +657,47 @@ func TestClusterTopicAdminIsClusterWide(t *testing.T) {
 	}
 	tc.owner("shared", 0)
 }
+
+// TestClusterControllerRemovesDeadIncarnationsWAL: after a crashed leader's partitions have all
+// been taken over at newer epochs, the controller deletes that incarnation's WAL directory; a
+// live incarnation's WAL is never touched.
+func TestClusterControllerRemovesDeadIncarnationsWAL(t *testing.T) {
+	old := deadIncarnationGCEvery
+	deadIncarnationGCEvery = 100 * time.Millisecond
+	t.Cleanup(func() { deadIncarnationGCEvery = old })
+	tc := startTestCluster(t, 3)
+	tc.createTopic("gc", 3, 3)
+	prod := tc.client(kgo.DefaultProduceTopic("gc"))
+	for i := 0; i < 30; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	victim := tc.owner("gc", 0).Broker
+	b := tc.broker(victim)
+	deadWAL := walDir(tc.dir, victim, b.cluster.incarnation())
+	if _, err := os.Stat(deadWAL); err != nil {
+		t.Fatalf("leader's WAL dir: %v", err)
+	}
+	tc.crash(victim)
+	for p := int32(0); p < 3; p++ {
+		if o := tc.owner("gc", p); o.Broker == victim {
+			t.Fatalf("partition %d still on crashed broker %d", p, victim)
+		}
+	}
+	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if _, err := os.Stat(deadWAL); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("dead incarnation's WAL %s still there (%v)", deadWAL, err)
+		}
+		return nil
+	})
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	for id, lb := range tc.brokers {
+		if _, err := os.Stat(walDir(tc.dir, id, lb.cluster.incarnation())); err != nil {
+			t.Fatalf("live broker %d's WAL: %v", id, err)
+		}
+	}
+}

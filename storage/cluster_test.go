@@ -178,6 +178,27 @@ func TestCrashTakeoverSalvagesLastWriterNotForwardingAssignee(t *testing.T) {
 	checkLog(t, pb, 10)
 }
 
+// TestCleanCloseWithoutReleaseKeepsWALForSuccessor guards a broker stopped without draining
+// (SIGINT, a drain timeout): its store closes cleanly but writes no release record, so the
+// successor takes over as after a crash and salvages the holder's WAL. A clean close used to
+// delete the WAL, and every such takeover then failed on the missing directory.
+func TestCleanCloseWithoutReleaseKeepsWALForSuccessor(t *testing.T) {
+	dir := t.TempDir()
+	a := openClusterStore(t, dir, 1, "a1", nil)
+	pa, _ := takeOver(t, a, 1, Handover{})
+	appendN(t, pa, 7, 0, 5)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(clusterWALDir(dir, 1, "a1")); err != nil {
+		t.Fatalf("clean close in cluster mode removed the WAL: %v", err)
+	}
+	b := openClusterStore(t, dir, 2, "b1", nil)
+	defer b.Close()
+	pb, _ := takeOver(t, b, 2, Handover{PrevWALDir: clusterWALDir(dir, 1, "a1"), PrevInc: "a1", PrevEpoch: 1})
+	checkLog(t, pb, 5)
+}
+
 func TestTakeOverRefusesSalvageGap(t *testing.T) {
 	dir := t.TempDir()
 	a := openClusterStore(t, dir, 1, "a1", nil)

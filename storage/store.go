@@ -140,6 +140,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.WAL {
 		// Partitions pick it up when they open; it starts writing only after the replay below.
 		s.wal = newWAL(s.walDir(), s.fs, s.log, cfg.walGenBytes, cfg.walCheckpointEvery)
+		s.wal.keep = cfg.Incarnation != ""
 		s.wal.publish = s.publishOK
 	}
 	ents, err := os.ReadDir(s.topicsDir())

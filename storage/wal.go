@@ -168,6 +168,11 @@ type wal struct {
 	log      *zap.Logger
 	genBytes int64
 	ckEvery  time.Duration
+	// keep: a clean close leaves the generations in place (cluster mode). A successor that
+	// takes a partition over without a release record (this broker stopped without draining)
+	// salvages this WAL, and a missing one would refuse the takeover; the controller deletes
+	// the directory once every partition in it has a newer epoch (Store.RemoveDeadWAL).
+	keep bool
 	// publish is the store's Rule P check (Store.publishOK); nil = always.
 	publish func() bool
 
@@ -784,7 +789,7 @@ func (w *wal) close(clean bool) error {
 			g.close()
 		}
 	}
-	if !clean || pinned {
+	if !clean || pinned || w.keep {
 		return nil
 	}
 	return removeWAL(w.dir)
