@@ -1043,6 +1043,28 @@ func (s *Store) RemoveDeadWAL(dir string) (removed bool, err error) {
 			return false, nil
 		}
 	}
+	// A partition whose newest epoch is still this incarnation's has not been taken over yet,
+	// and its successor salvages this WAL (the last writer's, salvageSource) even when the WAL
+	// holds none of its records any more (checkpointed away): keep it until then, or that
+	// takeover would find the directory gone.
+	for _, t := range s.Topics() {
+		for p := int32(0); p < t.NumPartitions(); p++ {
+			recs, err := readEpochRecords(filepath.Join(t.dir, strconv.Itoa(int(p))))
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			newest := int32(-1)
+			for e := range recs {
+				newest = max(newest, e)
+			}
+			if r := recs[newest]; r != nil && r.Inc == inc {
+				return false, nil
+			}
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return false, fmt.Errorf("cannot remove write-ahead log (%s): %w", dir, err)
 	}
