@@ -109,17 +109,19 @@ func joinCluster(cfg *configs.Config, log *zap.Logger, failStop func(string)) (*
 	defer cancel()
 	clusterID := volumeID
 	if clusterID == "" {
-		// A fresh volume joins the cluster id etcd already has, or proposes a new one; Join
-		// creates it in etcd only if still absent, so two first brokers agree on one id.
-		kvs, _, err := be.Get(ctx, cluster.ClusterIDKey(cn.prefix), false)
-		if err != nil {
-			return nil, fmt.Errorf("cannot read the cluster id from etcd (refusing to start): %w", err)
+		// A fresh volume takes the cluster id etcd has. Brokers that start together on a fresh
+		// cluster all propose one: the create-if-absent below lets exactly one proposal win and
+		// every broker then reads the winner, so none of them is refused as "another cluster".
+		key := cluster.ClusterIDKey(cn.prefix)
+		if _, _, err := be.Txn(ctx, []cluster.Compare{{Key: key, Field: cluster.CreateRevision, Rev: 0}},
+			[]cluster.Op{{Key: key, Value: []byte(newClusterID())}}); err != nil {
+			return nil, fmt.Errorf("cannot propose a cluster id to etcd (refusing to start): %w", err)
 		}
-		if len(kvs) == 1 {
-			clusterID = string(kvs[0].Value)
-		} else {
-			clusterID = newClusterID()
+		kvs, _, err := be.Get(ctx, key, false)
+		if err != nil || len(kvs) != 1 {
+			return nil, fmt.Errorf("cannot read the cluster id from etcd (refusing to start): %v", err)
 		}
+		clusterID = string(kvs[0].Value)
 	}
 	if err := storage.SelfTestVolume(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("data.dir %s failed the shared-volume self-test (refusing to start; see deploy/VOLUME.md): %w", cfg.DataDir, err)
@@ -791,7 +793,9 @@ func createClusterID(dir, id string) error {
 	data, _ := json.Marshal(struct {
 		ClusterID string `json:"clusterId"`
 	}{id})
-	tmp := filepath.Join(dir, fmt.Sprintf(".cluster.json.%d.tmp", os.Getpid()))
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	tmp := filepath.Join(dir, fmt.Sprintf(".cluster.json.%x.tmp", r)) // unique per writer, not per process
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return fmt.Errorf("cannot write %s: %w", tmp, err)
 	}

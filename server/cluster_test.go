@@ -701,3 +701,42 @@ func TestClusterControllerRemovesDeadIncarnationsWAL(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterFreshBrokersStartingTogetherAgreeOnClusterID: three brokers started at the same
+// moment on a fresh volume and a fresh etcd (make run-cluster's first start) all join; each
+// proposes a cluster id, exactly one wins and the volume carries it.
+func TestClusterFreshBrokersStartingTogetherAgreeOnClusterID(t *testing.T) {
+	e := etcdtest.Start(t)
+	dir := t.TempDir()
+	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
+	var wg sync.WaitGroup
+	bs := make([]*Broker, 3)
+	errs := make([]error, 3)
+	for i := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bs[i], errs[i] = StartBroker(clusterTestConfig(t, dir, e.Endpoint, int32(i+1)), log, BrokerOptions{})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("broker %d: %v", i+1, err)
+		}
+	}
+	for _, b := range bs {
+		if b != nil {
+			defer b.Close()
+		}
+	}
+	id, err := readClusterID(filepath.Join(dir, "__cluster"))
+	if err != nil || id == "" {
+		t.Fatalf("volume cluster id %q, %v", id, err)
+	}
+	for i, b := range bs {
+		if b != nil && b.Server.clusterID != id {
+			t.Errorf("broker %d serves cluster id %s, the volume has %s", i+1, b.Server.clusterID, id)
+		}
+	}
+}
