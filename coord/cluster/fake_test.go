@@ -7,16 +7,16 @@ import (
 	"time"
 )
 
-// waitUntil polls cond until it holds or 10 s of real time pass.
+// waitUntil polls cond until it holds or 10 s of real time pass (waitForWithin's loop, with a
+// yes/no condition).
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	waitForWithin(t, 10*time.Second, what, func() string {
+		if cond() {
+			return ""
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return "not yet"
+	})
 }
 
 func recvWatch(t testing.TB, ch <-chan WatchResponse) WatchResponse {
