@@ -641,7 +641,7 @@ func (c clusterTopics) CreateTopic(name string, partitions int32, rf int16, kv m
 		return nil, fmt.Errorf("cannot register topic %s in etcd: %w", name, err)
 	}
 	c.cn.rf.Store(name, rf)
-	t, err := c.store.EnsureTopic(name, id, partitions, kv)
+	t, err := c.store.EnsureNewTopic(name, id, partitions, kv)
 	if err != nil {
 		return nil, err
 	}
@@ -667,7 +667,8 @@ func (c clusterTopics) waitPlaced(name string, partitions int32) {
 func (c clusterTopics) DeleteTopic(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
 	defer cancel()
-	if err := cluster.DeleteTopic(ctx, c.cn.be, c.cn.prefix, name); err != nil {
+	gone, err := cluster.DeleteTopic(ctx, c.cn.be, c.cn.prefix, name)
+	if err != nil {
 		if errors.Is(err, cluster.ErrUnknownTopic) {
 			return fmt.Errorf("%w: %s", storage.ErrUnknownTopic, name)
 		}
@@ -675,11 +676,10 @@ func (c clusterTopics) DeleteTopic(name string) error {
 	}
 	c.cn.rf.Delete(name)
 	c.cn.table.ForgetTopic(name)
-	err := c.store.DeleteTopic(name)
-	if errors.Is(err, storage.ErrUnknownTopic) {
-		return nil // registered but never opened here
-	}
-	return err
+	// Parked by id whether or not this broker opened the topic, and whether or not this broker's
+	// own agent has already let go of it (the watch may beat this call): the directory must be
+	// gone before the answer, or a re-create right after it would find the old files.
+	return c.store.ParkTopic(name, gone.ID)
 }
 
 func (c clusterTopics) CreatePartitions(name string, total int32) error {

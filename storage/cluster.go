@@ -231,6 +231,26 @@ func unloadedPartition(t *Topic, id int32, dir string, s *Store) *Partition {
 // loads it if it exists with that id (on the volume or in memory): two brokers racing on one
 // shared directory both end with the same topic. topic.json is written tmp + rename with a
 // temporary name of this incarnation's own, so a reader never sees a partial file. A topic of
+
+// EnsureNewTopic is EnsureTopic for the broker that has just registered name with id in etcd
+// (it won the create-if-absent): a directory of any other id is a leftover of a deleted
+// incarnation of the name (its deleter crashed before parking it, or parked late) and is parked
+// first. Only the creator may do this; an agent acting on a possibly stale view must not.
+func (s *Store) EnsureNewTopic(name string, id [16]byte, partitions int32, configs map[string]string) (*Topic, error) {
+	if err := ValidateTopicName(name); err != nil {
+		return nil, err
+	}
+	if t := s.Topic(name); t != nil && t.ID != id {
+		if err := s.ForgetTopic(name); err != nil && !errors.Is(err, ErrUnknownTopic) {
+			return nil, err
+		}
+	}
+	if err := s.parkStaleDir(name, id, false); err != nil {
+		return nil, err
+	}
+	return s.EnsureTopic(name, id, partitions, configs)
+}
+
 // that name with another id is ErrTopicExists. In a Lazy store the partitions are not loaded.
 func (s *Store) EnsureTopic(name string, id [16]byte, partitions int32, configs map[string]string) (*Topic, error) {
 	if err := ValidateTopicName(name); err != nil {

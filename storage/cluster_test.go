@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -813,5 +814,66 @@ func TestDeleteTopicOnSharedVolume(t *testing.T) {
 	}
 	if removed, err := s1.RemoveDeadWAL(filepath.Join(dir, "__cluster", "wal", "b9-ix")); err != nil || !removed {
 		t.Fatalf("RemoveDeadWAL of a missing dir: %v, %v", removed, err)
+	}
+}
+
+// TestParkTopicAndRecreateOnSharedVolume: the deleting broker parks the directory by the deleted
+// id even when it never opened the topic (or its agent let go of it first); a broker still holding
+// the topic open writes nothing into the name's directory when it forgets it; and the creator of a
+// new topic of the same name parks a leftover directory of the old id instead of refusing.
+func TestParkTopicAndRecreateOnSharedVolume(t *testing.T) {
+	dir := t.TempDir()
+	s1 := openClusterStore(t, dir, 1, "a1", nil) // has topic "t" open (clusterTopicID)
+	defer s1.Close()
+	s2, err := Open(Config{Dir: dir, Lazy: true, Incarnation: "b1", WALDir: clusterWALDir(dir, 2, "b1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	tdir := filepath.Join(dir, "topics", "t")
+	// A leftover (the deleter crashed after etcd's delete, before parking): the creator of the
+	// new incarnation parks it.
+	fresh := clusterTopicID
+	fresh[0]++
+	if err := s2.ForgetTopic("t"); err != nil && !errors.Is(err, ErrUnknownTopic) {
+		t.Fatal(err)
+	}
+	if _, err := s2.EnsureTopic("t", fresh, 1, nil); !errors.Is(err, ErrTopicExists) {
+		t.Fatalf("EnsureTopic over another id's directory: %v, want ErrTopicExists", err)
+	}
+	if _, err := s2.EnsureNewTopic("t", fresh, 2, nil); err != nil {
+		t.Fatalf("EnsureNewTopic over a leftover: %v", err)
+	}
+	if m, err := readTopicMeta(tdir); err != nil || m.ID != hex.EncodeToString(fresh[:]) || m.Partitions != 2 {
+		t.Fatalf("topic.json after the re-create: %+v %v", m, err)
+	}
+	// s1 still holds the old incarnation open; forgetting it writes nothing into the new dir.
+	before, _ := os.ReadDir(filepath.Join(tdir, "0"))
+	if err := s1.ForgetTopic("t"); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadDir(filepath.Join(tdir, "0"))
+	if len(after) != len(before) {
+		t.Fatalf("forgetting the old topic wrote into the new one's directory: %d → %d entries", len(before), len(after))
+	}
+	// ParkTopic with a stale id leaves the new incarnation alone; with its own id it parks it,
+	// though s1 never opened it.
+	if err := s1.ParkTopic("t", clusterTopicID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tdir); err != nil {
+		t.Fatalf("ParkTopic with the old id removed the new topic: %v", err)
+	}
+	if err := s1.ParkTopic("t", fresh); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tdir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("topic dir after ParkTopic: %v", err)
+	}
+	if err := s2.ParkTopic("t", fresh); err != nil {
+		t.Fatalf("second ParkTopic (already parked): %v", err)
+	}
+	if s2.Topic("t") != nil {
+		t.Fatal("s2 still serves the parked topic")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync/atomic"
 )
 
 // File is the subset of *os.File the log uses for segment data. It exists so tests can inject
@@ -85,9 +87,20 @@ func WriteFileSynced(path string, data []byte) error {
 // target, fsync the directory. A crash leaves either the old or the new content, never a mix.
 // Every small state file of the broker (topic metadata, index files, slot files, cluster id)
 // goes through it.
+//
+// The temp name is unique to this process and call (name.<pid>-<n>.tmp): on a shared volume two
+// brokers may replace the same file (__cluster/features.json), and a shared temp name let one
+// broker rename the other's half-written file away. Leftovers still end in .tmp, which is what
+// every open-time cleanup matches.
 func WriteFileAtomic(dir, name string, data []byte) error {
-	return writeFileAtomicTmp(dir, name, name+".tmp", data)
+	n := atomicTmpSeq.Add(1)
+	return writeFileAtomicTmp(dir, name, name+"."+tmpPID+"-"+strconv.FormatUint(n, 10)+".tmp", data)
 }
+
+var (
+	atomicTmpSeq atomic.Uint64
+	tmpPID       = strconv.Itoa(os.Getpid())
+)
 
 // writeFileAtomicTmp is WriteFileAtomic through the temporary file dir/tmpName (cluster mode:
 // a name of the writer's own, so two brokers writing one file never share a temp file).

@@ -418,16 +418,54 @@ func (s *Store) dropTopic(name string, clean bool) (*Topic, error) {
 	return t, nil
 }
 
-// ForgetTopic closes a topic and drops it from this store without touching its files: on a
-// shared volume (cluster mode) the broker that served DeleteTopics parks the directory, and the
-// others, told by etcd, only let go of theirs. Appends, reads and markers on its partitions
-// then answer as for a released partition.
+// ForgetTopic closes a deleted topic and drops it from this store without touching its files:
+// on a shared volume (cluster mode) the broker that served DeleteTopics parks the directory, and
+// the others, told by etcd, only let go of theirs. The close writes nothing (no snapshot, no
+// sync): the directory may already be parked, or even hold a re-created topic of the same name.
+// Appends, reads and markers on its partitions then answer as for a released partition.
 func (s *Store) ForgetTopic(name string) error {
-	t, err := s.dropTopic(name, true)
+	t, err := s.dropTopic(name, false)
 	if err != nil {
 		return err
 	}
 	t.mu.Unlock()
+	return nil
+}
+
+// ParkTopic is DeleteTopic for a shared volume, given the id etcd held for the deleted topic:
+// the topic is closed here if open (writing nothing, as ForgetTopic), and its directory is parked
+// if it still holds that id, whether or not this broker ever opened it. A directory of another id
+// (already re-created) or none at all (parked by another broker) is left alone.
+func (s *Store) ParkTopic(name string, id [16]byte) error {
+	s.mu.Lock()
+	open := s.topics[name]
+	s.mu.Unlock()
+	if open != nil && open.ID == id {
+		if err := s.ForgetTopic(name); err != nil && !errors.Is(err, ErrUnknownTopic) {
+			return err
+		}
+	}
+	return s.parkStaleDir(name, id, true)
+}
+
+// parkStaleDir parks topics/<name> when its metadata names id (same true) or any id but id (same
+// false: a leftover of a deleted incarnation of the name). A missing directory is fine: another
+// broker parked it first.
+func (s *Store) parkStaleDir(name string, id [16]byte, same bool) error {
+	dir := filepath.Join(s.topicsDir(), name)
+	m, err := readTopicMeta(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("cannot read topic metadata (%s): %w", dir, err)
+	}
+	if (m.ID == hex.EncodeToString(id[:])) != same {
+		return nil
+	}
+	if err := s.parkDir(dir, name+"-"+m.ID); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cannot delete topic (%s): %w", name, err)
+	}
 	return nil
 }
 

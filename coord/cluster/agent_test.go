@@ -584,7 +584,7 @@ func TestAgentsGiveEveryResourceExactlyOneHolder(t *testing.T) {
 	ta.Partitions = 9
 	c.waitSettled(ta)
 	// A deleted topic: its assignments go, every broker forgets its partitions.
-	if err := DeleteTopic(context.Background(), c.f, testPrefix, "a"); err != nil {
+	if _, err := DeleteTopic(context.Background(), c.f, testPrefix, "a"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "deleted topic forgotten", func() bool {

@@ -98,22 +98,23 @@ func getTopic(ctx context.Context, b Backend, prefix, name string) (TopicMeta, K
 	return t, kvs[0], err
 }
 
-// DeleteTopic removes topics/<name>; ErrUnknownTopic when absent.
-func DeleteTopic(ctx context.Context, b Backend, prefix, name string) error {
+// DeleteTopic removes topics/<name> and returns the record it removed (its id names the files
+// to park); ErrUnknownTopic when absent.
+func DeleteTopic(ctx context.Context, b Backend, prefix, name string) (TopicMeta, error) {
 	key := TopicKey(prefix, name)
 	for {
-		_, kv, err := getTopic(ctx, b, prefix, name)
+		t, kv, err := getTopic(ctx, b, prefix, name)
 		if err != nil {
-			return fmt.Errorf("cannot delete topic %s: %w", name, err)
+			return TopicMeta{}, fmt.Errorf("cannot delete topic %s: %w", name, err)
 		}
 		// The compare makes "exists" and "delete" one atomic step: of two concurrent deleters
 		// one succeeds and the other re-reads and gets ErrUnknownTopic, as Kafka answers.
 		ok, _, err := b.Txn(ctx, []Compare{{Key: key, Field: CreateRevision, Rev: kv.CreateRev}}, []Op{{Key: key, Delete: true}})
 		if err != nil {
-			return fmt.Errorf("cannot delete topic %s: %w", name, err)
+			return TopicMeta{}, fmt.Errorf("cannot delete topic %s: %w", name, err)
 		}
 		if ok {
-			return nil
+			return t, nil
 		}
 	}
 }

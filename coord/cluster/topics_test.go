@@ -60,10 +60,10 @@ func checkTopicCAS(t *testing.T, b Backend) {
 	if len(ts) != 1 || ts[0].Partitions != 5 || ts[0].ID != [16]byte{byte(winner + 1)} {
 		t.Fatalf("after SetPartitions: %+v", ts)
 	}
-	if err := DeleteTopic(ctx, b, testPrefix, "orders"); err != nil {
-		t.Fatal(err)
+	if gone, err := DeleteTopic(ctx, b, testPrefix, "orders"); err != nil || gone.ID != [16]byte{byte(winner + 1)} {
+		t.Fatalf("delete: %+v %v, want the winner's record", gone, err)
 	}
-	if err := DeleteTopic(ctx, b, testPrefix, "orders"); !errors.Is(err, ErrUnknownTopic) {
+	if _, err := DeleteTopic(ctx, b, testPrefix, "orders"); !errors.Is(err, ErrUnknownTopic) {
 		t.Fatalf("second delete: %v, want ErrUnknownTopic", err)
 	}
 	if err := CreateTopic(ctx, b, testPrefix, TopicMeta{Name: "zero", Partitions: 0}); !errors.Is(err, ErrInvalidPartitions) {
