@@ -335,7 +335,9 @@ func (c *Config) Set(key, value string) error {
 	return fmt.Errorf("unknown config key %q", key)
 }
 
-// ParseProperties applies a Kafka-style properties stream (key=value, # comments).
+// ParseProperties applies a Kafka-style properties stream (key=value, # comments). A line
+// ending in an odd number of backslashes continues on the next one, whose leading whitespace is
+// dropped (java.util.Properties), which is how a sasl.jaas.config is usually spread over lines.
 func (c *Config) ParseProperties(r io.Reader, name string) error {
 	sc := bufio.NewScanner(r)
 	line := 0
@@ -345,15 +347,30 @@ func (c *Config) ParseProperties(r io.Reader, name string) error {
 		if s == "" || s[0] == '#' || s[0] == '!' {
 			continue
 		}
+		at := line
+		for continued(s) && sc.Scan() {
+			line++
+			s = s[:len(s)-1] + strings.TrimLeft(sc.Text(), " \t\f")
+			s = strings.TrimRight(s, " \t\f")
+		}
 		i := strings.IndexAny(s, "=:")
 		if i < 0 {
-			return fmt.Errorf("%s:%d: expected key=value", name, line)
+			return fmt.Errorf("%s:%d: expected key=value", name, at)
 		}
 		if err := c.Set(strings.TrimSpace(s[:i]), s[i+1:]); err != nil {
-			return fmt.Errorf("%s:%d: %w", name, line, err)
+			return fmt.Errorf("%s:%d: %w", name, at, err)
 		}
 	}
 	return sc.Err()
+}
+
+// continued reports whether a properties line ends in an odd number of backslashes.
+func continued(s string) bool {
+	n := 0
+	for n < len(s) && s[len(s)-1-n] == '\\' {
+		n++
+	}
+	return n%2 == 1
 }
 
 // EnvName is the environment variable for a key: KAAS_ + upper-cased key with dots as underscores.
@@ -497,7 +514,7 @@ func (c *Config) Keys() []string {
 		}
 	}
 	for k, v := range c.ListenerOverrides {
-		out = append(out, k+"="+redact(sensitiveKeys[overrideBase(k)], v))
+		out = append(out, k+"="+redact(IsSensitive(k), v))
 	}
 	sort.Strings(out)
 	return out

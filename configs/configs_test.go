@@ -182,3 +182,98 @@ func TestListenerOverridesAndSecrets(t *testing.T) {
 		t.Fatal(c.InterBrokerListenerName())
 	}
 }
+
+// TestInterBrokerLoginAsApacheWritesIt: security.inter.broker.protocol names the inter-broker
+// listener, sasl.mechanism.inter.broker.protocol its mechanism, and the broker's login is
+// listener.name.<listener>.<mechanism>.sasl.jaas.config, spread over lines with backslashes as
+// a server.properties usually has it; the password is never shown.
+func TestInterBrokerLoginAsApacheWritesIt(t *testing.T) {
+	c := Default()
+	props := `listeners=PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2
+cluster.etcd.endpoints=http://127.0.0.1:2379
+security.inter.broker.protocol=SASL_PLAINTEXT
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.SASL_PLAINTEXT.SCRAM-SHA-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+    username="broker" \
+    password="s3cret";
+`
+	if err := c.ParseProperties(strings.NewReader(props), "server.properties"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.InterBroker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := InterBrokerLogin{Listener: "SASL_PLAINTEXT", Protocol: ProtoSASLPlaintext, Mechanism: "SCRAM-SHA-512", Username: "broker", Password: "s3cret"}
+	if l != want {
+		t.Fatalf("login %+v, want %+v", l, want)
+	}
+	if keys := strings.Join(c.Keys(), "\n"); strings.Contains(keys, "s3cr") ||
+		!strings.Contains(keys, "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="+Hidden) {
+		t.Fatalf("the JAAS login shows in Keys:\n%s", keys)
+	}
+	if !IsSensitive("listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config") {
+		t.Fatal("a JAAS login is not sensitive")
+	}
+}
+
+// TestInterBrokerLoginRefusedWithTheKeyNamed: a cluster broker whose SASL inter-broker listener
+// lacks a usable login does not validate, and the error names what to set.
+func TestInterBrokerLoginRefusedWithTheKeyNamed(t *testing.T) {
+	const jaas = "listener.name.internal.plain.sasl.jaas.config"
+	base := map[string]string{
+		"listeners":                            "PLAINTEXT://127.0.0.1:1,INTERNAL://127.0.0.1:2",
+		"listener.security.protocol.map":       "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+		"inter.broker.listener.name":           "INTERNAL",
+		"cluster.etcd.endpoints":               "http://127.0.0.1:2379",
+		"sasl.enabled.mechanisms":              "PLAIN,SCRAM-SHA-256",
+		"sasl.mechanism.inter.broker.protocol": "PLAIN",
+	}
+	for _, tc := range []struct {
+		name, want string
+		set        map[string]string
+	}{
+		{"no login", jaas, nil},
+		{"mechanism left at Apache's default", "sasl.mechanism.inter.broker.protocol", map[string]string{"sasl.mechanism.inter.broker.protocol": "GSSAPI"}},
+		{"mechanism not enabled", "sasl.enabled.mechanisms", map[string]string{"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"}},
+		{"no password", jaas, map[string]string{jaas: `org.apache.kafka.common.security.plain.PlainLoginModule required username="b";`}},
+		{"wrong module", jaas, map[string]string{jaas: `org.apache.kafka.common.security.scram.ScramLoginModule required username="b" password="p";`}},
+		{"no semicolon", jaas, map[string]string{jaas: `org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="p"`}},
+		{"two modules", jaas, map[string]string{jaas: `org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="p"; x required;`}},
+		{"both inter-broker keys", "not both", map[string]string{"security.inter.broker.protocol": "SASL_PLAINTEXT"}},
+	} {
+		c := Default()
+		for _, m := range []map[string]string{base, tc.set} {
+			for k, v := range m {
+				if err := c.Set(k, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.want)
+		}
+	}
+	// The same settings with a login validate; a single broker never dials a peer and needs none.
+	c := Default()
+	for k, v := range base {
+		if err := c.Set(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Set(jaas, `org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="p" user_b="p";`); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("with a login: %v", err)
+	}
+	delete(c.ListenerOverrides, jaas)
+	c.Cluster.EtcdEndpoints = ""
+	if err := c.Validate(); err != nil {
+		t.Fatalf("single broker without an inter-broker login: %v", err)
+	}
+}

@@ -13,7 +13,9 @@ import (
 // operator's server.properties works unchanged.
 type Security struct {
 	ListenerProtocolMap string // listener.security.protocol.map: NAME:PROTOCOL,...
-	InterBrokerListener string // inter.broker.listener.name; empty = the first listener
+	InterBrokerListener string // inter.broker.listener.name; empty = security.inter.broker.protocol, else the first listener
+	InterBrokerProtocol string // security.inter.broker.protocol: names the listener of that name (Apache's older form)
+	InterBrokerSASL     string // sasl.mechanism.inter.broker.protocol: the mechanism brokers log in to each other with
 
 	SSLKeystoreType       string // ssl.keystore.type: only PEM
 	SSLKeystoreLocation   string // ssl.keystore.location: PEM file holding the chain and the key
@@ -49,6 +51,9 @@ func defaultSecurity() Security {
 		SASLMechanisms:    "SCRAM-SHA-256,SCRAM-SHA-512",
 		SASLMaxReceive:    524288, // Apache's sasl.server.max.receive.size
 		SCRAMMinIteration: 4096,
+		// Apache's default; kaas does not serve GSSAPI, so a SASL inter-broker listener in a
+		// cluster has to name its mechanism (validateInterBroker says which key).
+		InterBrokerSASL: "GSSAPI",
 	}
 }
 
@@ -56,7 +61,9 @@ func (c *Config) securityEntries() []entry {
 	s := &c.Security
 	return []entry{
 		{"listener.security.protocol.map", kString, &s.ListenerProtocolMap, "listener name → security protocol, NAME:PROTOCOL,...", false},
-		{"inter.broker.listener.name", kString, &s.InterBrokerListener, "listener brokers use to reach each other; empty = the first listener", false},
+		{"inter.broker.listener.name", kString, &s.InterBrokerListener, "listener brokers use to reach each other; empty = security.inter.broker.protocol, else the first listener", false},
+		{"security.inter.broker.protocol", kString, &s.InterBrokerProtocol, "security protocol between brokers: the listener of that name (set this or inter.broker.listener.name, not both)", false},
+		{"sasl.mechanism.inter.broker.protocol", kString, &s.InterBrokerSASL, "SASL mechanism brokers authenticate to each other with (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); the broker's own login is listener.name.<listener>.<mechanism>.sasl.jaas.config", false},
 		{"ssl.keystore.type", kString, &s.SSLKeystoreType, "PEM (the only type served)", false},
 		{"ssl.keystore.location", kString, &s.SSLKeystoreLocation, "PEM file with the certificate chain and the private key; re-read when it changes", false},
 		{"ssl.keystore.certificate.chain", kString, &s.SSLKeystoreChain, "inline PEM certificate chain (instead of ssl.keystore.location)", true},
@@ -87,8 +94,12 @@ func redact(sensitive bool, v string) string {
 	return v
 }
 
-// IsSensitive reports whether key (possibly listener-prefixed) holds a secret.
-func IsSensitive(key string) bool { return sensitiveKeys[overrideBase(key)] }
+// IsSensitive reports whether key (possibly listener-prefixed) holds a secret. A JAAS login
+// (listener.name.<l>.<mechanism>.sasl.jaas.config) holds the broker's password.
+func IsSensitive(key string) bool {
+	b := overrideBase(key)
+	return sensitiveKeys[b] || strings.HasSuffix(b, "."+jaasKey)
+}
 
 const listenerPrefix = "listener.name."
 
@@ -115,8 +126,19 @@ func overrideBase(key string) string {
 func (c *Config) setListenerOverride(key, value string) error {
 	rest := key[len(listenerPrefix):]
 	i := strings.IndexByte(rest, '.')
+	if i > 0 {
+		// listener.name.<l>.<mechanism>.sasl.jaas.config: the mechanism is kept lower-case, as
+		// Apache looks it up.
+		if mech, ok := strings.CutSuffix(rest[i+1:], "."+jaasKey); ok && mech != "" && !strings.Contains(mech, ".") {
+			if c.ListenerOverrides == nil {
+				c.ListenerOverrides = map[string]string{}
+			}
+			c.ListenerOverrides[listenerPrefix+strings.ToLower(rest[:i])+"."+strings.ToLower(mech)+"."+jaasKey] = strings.TrimSpace(value)
+			return nil
+		}
+	}
 	if i <= 0 || !overridable[rest[i+1:]] {
-		return fmt.Errorf("unknown config key %q (listener overrides: listener.name.<name>.ssl.* and .sasl.enabled.mechanisms)", key)
+		return fmt.Errorf("unknown config key %q (listener overrides: listener.name.<name>.ssl.*, .sasl.enabled.mechanisms and .<mechanism>.sasl.jaas.config)", key)
 	}
 	if c.ListenerOverrides == nil {
 		c.ListenerOverrides = map[string]string{}
@@ -241,11 +263,15 @@ func (c *Config) AdvertisedEndpoint(listener string) (string, int, bool) {
 	return "", 0, false
 }
 
-// InterBrokerListenerName is the listener brokers use to reach each other: inter.broker.listener.name
-// or, when unset, the first listener.
+// InterBrokerListenerName is the listener brokers use to reach each other: inter.broker.listener.name,
+// else the listener named by security.inter.broker.protocol (Apache: ListenerName.forSecurityProtocol),
+// else the first listener (Apache would take PLAINTEXT; kaas keeps its historical default).
 func (c *Config) InterBrokerListenerName() string {
 	if c.InterBrokerListener != "" {
 		return strings.ToUpper(c.InterBrokerListener)
+	}
+	if c.InterBrokerProtocol != "" {
+		return strings.ToUpper(strings.TrimSpace(c.InterBrokerProtocol))
 	}
 	ls, err := c.ParseListeners()
 	if err != nil || len(ls) == 0 {
@@ -308,6 +334,7 @@ func (c *Config) validateSecurity() []error {
 			errs = append(errs, fmt.Errorf("inter.broker.listener.name %s is not a listener", c.InterBrokerListener))
 		}
 	}
+	errs = append(errs, c.validateInterBroker(ls)...)
 	for _, l := range ls {
 		v := func(k string) string { return c.ListenerValue(l.Name, k) }
 		if l.TLS() {

@@ -42,6 +42,7 @@ type Broker struct {
 	Quotas  *quota.Manager
 
 	remote *ClusterMarkerWriter // cluster mode: markers and group completions for other brokers
+	peers  *InterBroker         // cluster mode: the inter-broker clients (remote's and Server's)
 
 	log     *zap.Logger
 	lock    *storage.DirLock // data.dir/.lock (cluster: data.dir/__cluster/brokers/b<id>/.lock)
@@ -197,9 +198,13 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		// Partitions led, and group shards owned, by other brokers are reached with
 		// WriteTxnMarkers on the inter-broker listener (markers_remote.go).
 		b.Markers.publish = cn.member.Publishable
-		ib := cfg.InterBrokerListenerName()
-		b.remote = NewClusterMarkerWriter(b.Markers, groups, topo, ib, interBrokerOpts(listenerProtocol(cfg, ib),
-			interBrokerTLS(cfg, ib, log.Named("tls"))), log.Named("txn"))
+		// One pool of inter-broker clients serves markers, KIP-890 verification and the
+		// TxnOffsetCommit check; a secured inter-broker listener without this broker's login
+		// refuses the start here (peer_clients.go).
+		if b.peers, err = NewInterBroker(cfg, topo, log.Named("interbroker")); err != nil {
+			return nil, fmt.Errorf("cannot build the inter-broker clients (refusing to start): %w", err)
+		}
+		b.remote = NewClusterMarkerWriter(b.Markers, groups, topo, b.peers, log.Named("txn"))
 		partitions, groups = b.remote, b.remote.Groups()
 	}
 	var txnInc string
@@ -254,7 +259,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		creds = fs
 	}
 	deps := Deps{Store: b.Store, PIDs: pids, Topology: topo, Authz: opts.Authz, Groups: b.Groups, Txn: b.Txn,
-		Markers: b.Markers, FeaturesEpoch: featuresEpoch, Credentials: creds, PrincipalFor: opts.PrincipalFor}
+		Markers: b.Markers, FeaturesEpoch: featuresEpoch, Credentials: creds, PrincipalFor: opts.PrincipalFor, Peers: b.peers}
 	if b.cluster != nil {
 		deps.Topics = clusterTopics{cn: b.cluster, store: b.Store}
 	}
@@ -330,6 +335,9 @@ func (b *Broker) close() error {
 	}
 	if b.remote != nil {
 		b.remote.Close() // fails what is still in flight: those transactions stay prepared
+	}
+	if b.peers != nil {
+		b.peers.Close() // after the server and the marker writer, its two users
 	}
 	if b.Markers != nil {
 		b.Markers.Close()

@@ -35,22 +35,17 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
-	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/group"
 	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
@@ -91,18 +86,17 @@ type remoteMarker struct {
 // ClusterMarkerWriter is the txn.PartitionWriter (and, through Groups, the txn.GroupCompleter) of
 // a cluster broker.
 type ClusterMarkerWriter struct {
-	local    *MarkerWriter
-	groups   txn.GroupCompleter // local group completion
-	topo     topology.Topology
-	store    *storage.Store
-	listener string
-	dial     func(addr string) ([]kgo.Opt, error) // per-peer client options (security)
-	log      *zap.Logger
+	local  *MarkerWriter
+	groups txn.GroupCompleter // local group completion
+	topo   topology.Topology
+	store  *storage.Store
+	peers  *InterBroker // the broker's inter-broker clients (peer_clients.go); not closed here
+	log    *zap.Logger
 
 	mu      sync.Mutex
-	peers   map[int32]*markerPeer
-	parked  []parkedMarker // waiting to be routed again (retry)
-	polling bool           // pollParked is running
+	queues  map[int32]*markerPeer // by destination broker
+	parked  []parkedMarker        // waiting to be routed again (retry)
+	polling bool                  // pollParked is running
 	closed  bool
 	stop    chan struct{}
 }
@@ -110,22 +104,20 @@ type ClusterMarkerWriter struct {
 var _ txn.PartitionWriter = (*ClusterMarkerWriter)(nil)
 
 // NewClusterMarkerWriter builds the cluster writer over the local writer and local group
-// completion. listener is the inter-broker listener whose endpoint each peer is reached on;
-// opts, if non-nil, adds client options for that listener (TLS, SASL).
-func NewClusterMarkerWriter(local *MarkerWriter, groups txn.GroupCompleter, topo topology.Topology, listener string,
-	opts func(addr string) ([]kgo.Opt, error), log *zap.Logger) *ClusterMarkerWriter {
+// completion. peers are the broker's inter-broker clients (their owner closes them): the writer
+// keeps only its per-destination queues.
+func NewClusterMarkerWriter(local *MarkerWriter, groups txn.GroupCompleter, topo topology.Topology, peers *InterBroker,
+	log *zap.Logger) *ClusterMarkerWriter {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	if opts == nil {
-		opts = func(string) ([]kgo.Opt, error) { return nil, nil }
-	}
-	return &ClusterMarkerWriter{local: local, groups: groups, topo: topo, store: local.store, listener: listener,
-		dial: opts, log: log, peers: map[int32]*markerPeer{}, stop: make(chan struct{})}
+	return &ClusterMarkerWriter{local: local, groups: groups, topo: topo, store: local.store, peers: peers,
+		log: log, queues: map[int32]*markerPeer{}, stop: make(chan struct{})}
 }
 
 // Close fails every queued and waiting marker with COORDINATOR_NOT_AVAILABLE (the saga leaves
-// their transactions prepared; the slot's next owner re-drives them) and closes the clients.
+// their transactions prepared; the slot's next owner re-drives them). The clients are the
+// broker's (InterBroker), closed by it afterwards.
 func (w *ClusterMarkerWriter) Close() {
 	w.mu.Lock()
 	if w.closed {
@@ -134,10 +126,10 @@ func (w *ClusterMarkerWriter) Close() {
 	}
 	w.closed = true
 	close(w.stop)
-	peers := w.peers
-	w.peers = map[int32]*markerPeer{}
+	queues := w.queues
+	w.queues = map[int32]*markerPeer{}
 	w.mu.Unlock()
-	for _, p := range peers {
+	for _, p := range queues {
 		p.close()
 	}
 }
@@ -360,67 +352,27 @@ func (w *ClusterMarkerWriter) pollParked() {
 	}
 }
 
-// peer returns the sender for broker id, (re)built when the broker's inter-broker endpoint
-// changed (a restarted broker is a new incarnation that may listen elsewhere).
+// peer returns the sender (the queue) for broker id. The connection to it is the pool's
+// (InterBroker.Broker): a broker that came back at another address gets a new client there,
+// while its queue, and the one-request-in-flight rule, stay.
 func (w *ClusterMarkerWriter) peer(id int32) (*markerPeer, error) {
-	addr := ""
-	for _, b := range w.topo.Brokers() {
-		if b.ID == id {
-			if e, ok := b.Endpoint(w.listener); ok {
-				addr = net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port)))
-			}
-		}
-	}
-	if addr == "" {
-		return nil, fmt.Errorf("broker %d has no %s endpoint registered", id, w.listener)
-	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
 		return nil, errors.New("marker writer closed")
 	}
-	p := w.peers[id]
-	if p != nil && p.addr == addr {
-		w.mu.Unlock()
-		return p, nil
+	p := w.queues[id]
+	if p == nil {
+		p = newMarkerPeer(w, id)
+		w.queues[id] = p
 	}
-	w.mu.Unlock()
-	opts, err := w.dial(addr)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.ClientID("kaas-broker"),
-		kgo.RequestRetries(0), kgo.RetryTimeout(markerRequestTimeout)}, opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("cannot create inter-broker client (broker %d at %s): %w", id, addr, err)
-	}
-	np := newMarkerPeer(w, id, addr, cl)
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		np.close()
-		return nil, errors.New("marker writer closed")
-	}
-	old := w.peers[id]
-	if old != nil && old.addr == addr { // lost a race with another builder
-		w.mu.Unlock()
-		np.close()
-		return old, nil
-	}
-	w.peers[id] = np
-	w.mu.Unlock()
-	if old != nil {
-		old.close() // its queued markers are failed over to routing again
-	}
-	return np, nil
+	return p, nil
 }
 
 // markerPeer is the sender to one broker: a queue and at most one request in flight.
 type markerPeer struct {
 	w    *ClusterMarkerWriter
 	id   int32
-	addr string
-	cl   *kgo.Client
 	sent *metrics.Counter
 
 	mu       sync.Mutex
@@ -435,8 +387,8 @@ type queuedMarker struct {
 	o topology.Owner // the owner it was sent for (retry compares against it)
 }
 
-func newMarkerPeer(w *ClusterMarkerWriter, id int32, addr string, cl *kgo.Client) *markerPeer {
-	return &markerPeer{w: w, id: id, addr: addr, cl: cl, pending: markerInflight(id),
+func newMarkerPeer(w *ClusterMarkerWriter, id int32) *markerPeer {
+	return &markerPeer{w: w, id: id, pending: markerInflight(id),
 		sent: metrics.GetOrCreateCounter(fmt.Sprintf(`kaas_txn_marker_requests_sent_total{broker="%d"}`, id))}
 }
 
@@ -485,7 +437,6 @@ func (p *markerPeer) close() {
 	for _, qm := range q {
 		p.w.retry(qm.m, qm.o)
 	}
-	p.cl.Close()
 }
 
 // run sends requests until the queue is empty: ONE in flight; everything queued meanwhile
@@ -577,7 +528,7 @@ func (p *markerPeer) send(batch []queuedMarker) {
 	}
 	p.sent.Inc()
 	ctx, cancel := context.WithTimeout(context.Background(), markerRequestTimeout)
-	kresp, err := p.cl.SeedBrokers()[0].Request(ctx, req)
+	kresp, err := p.request(ctx, req)
 	cancel()
 	codes := map[where]int16{}
 	if err == nil {
@@ -590,7 +541,7 @@ func (p *markerPeer) send(batch []queuedMarker) {
 			}
 		}
 	} else {
-		p.w.log.Info("WriteTxnMarkers request failed; resending", zap.Int32("broker", p.id), zap.String("addr", p.addr), zap.Error(err))
+		p.w.log.Info("WriteTxnMarkers request failed; resending", zap.Int32("broker", p.id), zap.Error(err))
 	}
 	for wh, qms := range targets {
 		code, ok := codes[wh]
@@ -603,56 +554,29 @@ func (p *markerPeer) send(batch []queuedMarker) {
 	}
 }
 
-// interBrokerOpts returns the client options for reaching peers on the inter-broker listener:
-// PLAINTEXT needs none; SSL verifies the peer against ssl.truststore.* and presents the broker's
-// own keystore as its client certificate. SASL inter-broker credentials are not configurable
-// yet, so a SASL inter-broker listener is refused.
-func interBrokerOpts(protocol string, tlsCfg func() (*tls.Config, error)) func(addr string) ([]kgo.Opt, error) {
-	return func(addr string) ([]kgo.Opt, error) {
-		switch protocol {
-		case "", "PLAINTEXT":
-			return nil, nil
-		case "SSL":
-			if tlsCfg == nil {
-				return nil, errors.New("inter-broker TLS is not configured")
-			}
-			c, err := tlsCfg()
-			if err != nil {
-				return nil, err
-			}
-			host, _, _ := net.SplitHostPort(addr)
-			c = c.Clone()
-			c.ServerName = host
-			return []kgo.Opt{kgo.DialTLSConfig(c)}, nil
-		}
-		return nil, fmt.Errorf("inter-broker listener protocol %s is not supported for transaction markers (PLAINTEXT and SSL are)", protocol)
-	}
-}
-
-// listenerProtocol is the security protocol of the named listener ("" if it is not one).
-func listenerProtocol(cfg configs.Config, name string) string {
-	ls, err := cfg.ParseListeners()
+// request sends one WriteTxnMarkers to the peer through the broker's inter-broker client,
+// counting (and logging) a refusal of this broker's CLUSTER_ACTION.
+func (p *markerPeer) request(ctx context.Context, req *kmsg.WriteTxnMarkersRequest) (kmsg.Response, error) {
+	b, err := p.w.peers.Broker(p.id)
 	if err != nil {
-		return ""
+		return nil, err
 	}
-	for _, l := range ls {
-		if l.Name == name {
-			return l.Protocol
+	kresp, err := b.Request(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp, ok := kresp.(*kmsg.WriteTxnMarkersResponse); ok {
+		refused := false
+		for _, rm := range resp.Markers {
+			for _, rt := range rm.Topics {
+				for _, rp := range rt.Partitions {
+					refused = refused || rp.ErrorCode == codec.CodeClusterAuthorizationFailed
+				}
+			}
+		}
+		if refused {
+			p.w.peers.noteClusterAuthz("WriteTxnMarkers", p.id, codec.CodeClusterAuthorizationFailed)
 		}
 	}
-	return ""
-}
-
-// interBrokerTLS builds the client side of the inter-broker listener's TLS settings: the
-// listener's truststore verifies the peer, its keystore is the client certificate (for peers
-// that require one).
-func interBrokerTLS(cfg configs.Config, listener string, log *zap.Logger) func() (*tls.Config, error) {
-	return func() (*tls.Config, error) {
-		src, err := newTLSSource(cfg, listener, log)
-		if err != nil {
-			return nil, fmt.Errorf("cannot load inter-broker TLS settings (listener %s): %w", listener, err)
-		}
-		c := src.current.Load()
-		return &tls.Config{Certificates: c.Certificates, RootCAs: c.ClientCAs, MinVersion: c.MinVersion, MaxVersion: c.MaxVersion}, nil
-	}
+	return kresp, nil
 }

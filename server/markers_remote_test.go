@@ -365,41 +365,71 @@ func TestClusterMarkersBatchedPerLeaderAndResendsNotRewritten(t *testing.T) {
 	})
 }
 
-// TestInterBrokerMarkerClientTLS: with an SSL inter-broker listener the marker sender's client
-// verifies the peer against the listener's truststore (a peer with a certificate from another CA
-// is refused); SASL inter-broker listeners are refused up front (no inter-broker credentials
-// are configurable yet).
-func TestInterBrokerMarkerClientTLS(t *testing.T) {
-	e := newSecEnv(t, func(c *configs.Config) { c.SSLClientAuth = "none" })
-	cfg := e.tb.srv.cfg
-	dial := func(cfg configs.Config) error {
-		addr := e.addr("SSL")
-		opts, err := interBrokerOpts(listenerProtocol(cfg, "SSL"), interBrokerTLS(cfg, "SSL", zap.NewNop()))(addr)
-		if err != nil {
-			return err
-		}
-		cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(addr), kgo.RequestRetries(0))...)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err = cl.SeedBrokers()[0].Request(ctx, kmsg.NewPtrApiVersionsRequest())
+// interBrokerPing asks the env's broker for ApiVersions through an inter-broker pool built from
+// cfg (the connection's TLS and SASL handshakes come first, so an answer means both passed).
+func interBrokerPing(t *testing.T, e *secEnv, cfg configs.Config) error {
+	t.Helper()
+	p, err := NewInterBroker(cfg, e.tb.srv.deps.Topology, zap.NewNop())
+	if err != nil {
+		t.Fatalf("inter-broker pool over %s: %v", cfg.InterBrokerListenerName(), err)
+	}
+	defer p.Close()
+	b, err := p.Broker(cfg.BrokerID)
+	if err != nil {
 		return err
 	}
-	if err := dial(cfg); err != nil {
-		t.Fatalf("inter-broker TLS client against a peer its truststore trusts: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = b.Request(ctx, kmsg.NewPtrApiVersionsRequest())
+	return err
+}
+
+// TestInterBrokerClientTLS: with an SSL inter-broker listener the shared inter-broker client
+// verifies the peer against the listener's truststore (a peer with a certificate from another CA
+// is refused) and presents the listener's keystore.
+func TestInterBrokerClientTLS(t *testing.T) {
+	e := newSecEnv(t, func(c *configs.Config) { c.SSLClientAuth = "required" })
+	cfg := e.tb.srv.cfg
+	cfg.InterBrokerListener = "SSL"
+	if err := interBrokerPing(t, e, cfg); err != nil {
+		t.Fatalf("inter-broker TLS client against a peer its truststore trusts (client certificate required): %v", err)
 	}
 	other := newTestPKI(t)
 	_, foreign := other.writeKeystore(t.TempDir(), "elsewhere")
 	untrusting := cfg
 	untrusting.SSLTruststoreLocation = foreign
-	if err := dial(untrusting); err == nil {
+	if err := interBrokerPing(t, e, untrusting); err == nil {
 		t.Fatal("inter-broker TLS client accepted a peer certificate from a CA outside its truststore")
 	}
-	if _, err := interBrokerOpts(configs.ProtoSASLSSL, nil)("127.0.0.1:1"); err == nil {
-		t.Fatal("a SASL inter-broker listener was accepted without inter-broker credentials")
+}
+
+// TestInterBrokerClientSASL: over SASL_PLAINTEXT and SASL_SSL the shared client logs in with
+// sasl.mechanism.inter.broker.protocol and the listener's JAAS login, read as Apache writes it;
+// a wrong password fails the connection, not the broker.
+func TestInterBrokerClientSASL(t *testing.T) {
+	e := newSecEnv(t)
+	for _, tc := range []struct{ listener, mech, module string }{
+		{"SASL_PLAINTEXT", "SCRAM-SHA-256", "org.apache.kafka.common.security.scram.ScramLoginModule"},
+		{"SASL_SSL", "SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"},
+		{"SASL_PLAINTEXT", "PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule"},
+	} {
+		cfg := e.tb.srv.cfg
+		cfg.InterBrokerListener = tc.listener
+		cfg.InterBrokerSASL = tc.mech
+		login := func(pw string) {
+			if err := cfg.Set(configs.JAASKey(tc.listener, tc.mech),
+				tc.module+` required username="alice" password="`+pw+`";`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		login(alicePW)
+		if err := interBrokerPing(t, e, cfg); err != nil {
+			t.Fatalf("%s over %s as alice: %v", tc.mech, tc.listener, err)
+		}
+		login("wrong")
+		if err := interBrokerPing(t, e, cfg); err == nil {
+			t.Fatalf("%s over %s with a wrong password was let in", tc.mech, tc.listener)
+		}
 	}
 }
 

@@ -65,6 +65,9 @@ type Deps struct {
 	// FeaturesEpoch is the persisted KIP-584 finalizing epoch of the advertised feature levels
 	// (features.go); 0 = 1.
 	FeaturesEpoch int64
+	// Peers is the broker's pool of inter-broker clients (peer_clients.go), shared with the
+	// cluster marker writer; its owner closes it. nil: the server builds and closes its own.
+	Peers *InterBroker
 }
 
 // Server is one broker's Kafka front end: its listeners (listener.go) and the request pipeline.
@@ -79,10 +82,12 @@ type Server struct {
 	fetchSessions *fetchSessionCache
 	internal      [2]internalTopic // __consumer_offsets, __transaction_state
 
-	// peers are the inter-broker clients, verifier the KIP-890 verification with a remote
-	// transaction coordinator (cluster mode; peer_clients.go, verify_remote.go).
-	peers    peerClients
-	verifier remoteVerifier
+	// peers are the inter-broker clients (Deps.Peers, or the server's own, closed with it),
+	// verifier the KIP-890 verification with a remote transaction coordinator (cluster mode;
+	// peer_clients.go, verify_remote.go).
+	peers     *InterBroker
+	ownsPeers bool
+	verifier  remoteVerifier
 
 	mu     sync.Mutex
 	closed bool
@@ -104,7 +109,17 @@ func New(cfg configs.Config, log *zap.Logger, deps Deps, clusterID string) *Serv
 		fetchSessions: newFetchSessionCache(cfg.FetchSessionCacheSize),
 		internal:      newInternalTopics(clusterID),
 	}
-	s.peers.s, s.verifier.s = s, s
+	s.verifier.s = s
+	if s.peers = deps.Peers; s.peers == nil {
+		// A server without a broker around it (tests, the single broker) builds its own; a
+		// login it cannot build fails its inter-broker requests instead (a cluster broker is
+		// refused before this, by StartBroker).
+		p, err := NewInterBroker(cfg, deps.Topology, log.Named("interbroker"))
+		if err != nil {
+			p = brokenInterBroker(err)
+		}
+		s.peers, s.ownsPeers = p, true
+	}
 	return s
 }
 
@@ -175,7 +190,9 @@ func (s *Server) Close(ctx context.Context) error {
 	s.closed = true
 	s.mu.Unlock()
 	err := s.stopListeners(ctx)
-	s.peers.close()
+	if s.ownsPeers {
+		s.peers.Close()
+	}
 	return err
 }
 

@@ -49,7 +49,7 @@ var (
 func (s *Server) remoteTxnOffsetCommitCheck(coord int32, req *kmsg.TxnOffsetCommitRequest) func(done func(int16)) {
 	return func(done func(int16)) {
 		mTxnOffsetRemoteChecks.Inc()
-		b, err := s.peers.broker(coord)
+		b, err := s.peers.Broker(coord)
 		if err != nil {
 			mTxnOffsetRemoteFailed.Inc()
 			done(codec.CodeCoordinatorNotAvailable)
@@ -70,7 +70,9 @@ func (s *Server) remoteTxnOffsetCommitCheck(coord int32, req *kmsg.TxnOffsetComm
 				done(codec.CodeCoordinatorNotAvailable)
 				return
 			}
-			done(remoteTxnOffsetCommitCode(kresp.(*kmsg.AddOffsetsToTxnResponse).ErrorCode))
+			code := kresp.(*kmsg.AddOffsetsToTxnResponse).ErrorCode
+			s.peers.noteClusterAuthz("AddOffsetsToTxn", coord, code)
+			done(remoteTxnOffsetCommitCode(code))
 		}()
 	}
 }

@@ -33,7 +33,7 @@ package server
 // Nothing here blocks an event loop or a connection executor: the request runs on its own
 // goroutine, the callbacks only record codes (verifyAll then appends on a fresh goroutine).
 //
-// Lock order: remoteVerifier.mu, then nothing (peerClients.mu is taken only outside it).
+// Lock order: remoteVerifier.mu, then nothing (InterBroker.mu is taken only outside it).
 
 import (
 	"context"
@@ -202,7 +202,7 @@ func (rv *remoteVerifier) sendOne(coord int32, batch []*remoteVerification) {
 	defer mVerifyRemoteTime.UpdateDuration(start)
 	mVerifyRemoteRequests.Inc()
 	mVerifyRemoteTxns.Add(len(batch))
-	b, err := rv.s.peers.broker(coord)
+	b, err := rv.s.peers.Broker(coord)
 	if err != nil {
 		// The topology has no address for the coordinator (it just left): Apache's answer for a
 		// coordinator it cannot place.
@@ -241,6 +241,7 @@ func (rv *remoteVerifier) sendOne(coord int32, batch []*remoteVerification) {
 		return
 	}
 	resp := kresp.(*kmsg.AddPartitionsToTxnResponse)
+	rv.s.peers.noteClusterAuthz("AddPartitionsToTxn", coord, resp.ErrorCode)
 	if resp.ErrorCode != codec.CodeNone {
 		for _, v := range batch {
 			v.finishAll(resp.ErrorCode)

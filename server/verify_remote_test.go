@@ -1,9 +1,9 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -147,17 +147,19 @@ func TestAddOffsetsToTxnBrokerFormRunsTheTxnOffsetCommitCheck(t *testing.T) {
 	}
 }
 
-// TestPeerClientsRefuseSecuredInterBrokerListener: the inter-broker clients speak PLAINTEXT
-// only; a TLS inter-broker listener is refused up front (and counted), not dialled.
-func TestPeerClientsRefuseSecuredInterBrokerListener(t *testing.T) {
+// TestInterBrokerSecuredListenerWithoutLoginRefused: a SASL inter-broker listener without this
+// broker's JAAS login refuses the inter-broker pool (StartBroker refuses to start) with the key
+// named; a Server built without a pool fails its inter-broker requests with the same reason.
+func TestInterBrokerSecuredListenerWithoutLoginRefused(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Listeners = "SSL://127.0.0.1:0"
-	srv := New(cfg, zap.NewNop(), Deps{}, "test")
-	before := mPeerUnsupported.Get()
-	if _, err := srv.peers.broker(2); !errors.Is(err, errInterBrokerSecured) {
-		t.Fatalf("peer client over an SSL inter-broker listener: %v, want errInterBrokerSecured", err)
+	cfg.Listeners = "SASL_PLAINTEXT://127.0.0.1:0"
+	cfg.InterBrokerSASL = "SCRAM-SHA-256"
+	_, err := NewInterBroker(cfg, nil, zap.NewNop())
+	if err == nil || !strings.Contains(err.Error(), "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config") {
+		t.Fatalf("pool over a SASL inter-broker listener without a login: %v, want the JAAS key named", err)
 	}
-	if mPeerUnsupported.Get() != before+1 {
-		t.Fatal("the refusal was not counted")
+	srv := New(cfg, zap.NewNop(), Deps{}, "test")
+	if _, err2 := srv.peers.Broker(2); err2 == nil || err2.Error() != err.Error() {
+		t.Fatalf("server without a pool: %v, want %v", err2, err)
 	}
 }
