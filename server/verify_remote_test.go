@@ -1,17 +1,21 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/coord/topology"
 	"github.com/kaas-go/kaas/coord/txn"
 )
 
@@ -161,5 +165,62 @@ func TestInterBrokerSecuredListenerWithoutLoginRefused(t *testing.T) {
 	srv := New(cfg, zap.NewNop(), Deps{}, "test")
 	if _, err2 := srv.peers.Broker(2); err2 == nil || err2.Error() != err.Error() {
 		t.Fatalf("server without a pool: %v, want %v", err2, err)
+	}
+}
+
+// TestInterBrokerClientReplacedWhenPeerMoves: the pool keeps one client per peer and endpoint —
+// asked again for the same peer it reuses it; when the topology lists the peer at another
+// address (a restart on a new port) the next request gets a new client there; after Close every
+// call fails.
+func TestInterBrokerClientReplacedWhenPeerMoves(t *testing.T) {
+	a, b := startTestBroker(t, testConfig(t)), startTestBroker(t, testConfig(t))
+	aStopped := false
+	t.Cleanup(func() {
+		if !aStopped {
+			a.stop(t)
+		}
+		b.stop(t)
+	})
+	at := func(tb *testBroker) topology.Broker {
+		addr := tb.srv.Addr()
+		return topology.Broker{ID: 7, Endpoints: []topology.Endpoint{{Listener: "PLAINTEXT", Host: addr.IP.String(), Port: int32(addr.Port)}}}
+	}
+	topo := topology.NewTable(topology.Broker{ID: 1})
+	topo.SetBrokers([]topology.Broker{{ID: 1}, at(a)})
+	p, err := NewInterBroker(testConfig(t), topo, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping := func() {
+		t.Helper()
+		kb, err := p.Broker(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := kb.Request(ctx, kmsg.NewPtrApiVersionsRequest()); err != nil {
+			t.Fatalf("ApiVersions through the pool: %v", err)
+		}
+	}
+	created := mPeerClientsCreated.Get()
+	ping()
+	ping()
+	if n := mPeerClientsCreated.Get() - created; n != 1 {
+		t.Fatalf("two requests to one peer built %d clients, want 1", n)
+	}
+	a.stop(t)
+	aStopped = true
+	topo.SetBrokers([]topology.Broker{{ID: 1}, at(b)})
+	ping()
+	if n := mPeerClientsCreated.Get() - created; n != 2 {
+		t.Fatalf("after the peer moved: %d clients built, want 2", n)
+	}
+	if _, err := p.Broker(8); !errors.Is(err, errPeerUnknown) {
+		t.Fatalf("a broker the topology does not list: %v, want errPeerUnknown", err)
+	}
+	p.Close()
+	if _, err := p.Broker(7); !errors.Is(err, errPeersClosed) {
+		t.Fatalf("after Close: %v, want errPeersClosed", err)
 	}
 }
