@@ -96,6 +96,12 @@ func txnCoordinatorGate(rc *reqCtx, tid string) int16 {
 	if !rc.authorized(OpWrite, ResTransactionalID, tid) {
 		return codec.CodeTransactionalIDAuthorization
 	}
+	return txnOwnerGate(rc, tid)
+}
+
+// txnOwnerGate is txnCoordinatorGate without the WRITE check (requests a broker sends under
+// CLUSTER_ACTION).
+func txnOwnerGate(rc *reqCtx, tid string) int16 {
 	if !rc.s.txnOwner(tid).Local {
 		return codec.CodeNotCoordinator
 	}

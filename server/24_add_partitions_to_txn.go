@@ -94,11 +94,20 @@ func handleAddPartitionsToTxn(rc *reqCtx) (kmsg.Response, error) {
 // topicGate checks WRITE and existence for every topic of an add; nil when all pass, else
 // topic → error (TOPIC_AUTHORIZATION_FAILED before UNKNOWN_TOPIC_OR_PARTITION, as Apache).
 func topicGate(rc *reqCtx, tps []txn.TopicPartitions) map[string]int16 {
+	return topicGateAuth(rc, tps, true)
+}
+
+// topicExistsGate is topicGate without the WRITE check (v4+, broker-originated).
+func topicExistsGate(rc *reqCtx, tps []txn.TopicPartitions) map[string]int16 {
+	return topicGateAuth(rc, tps, false)
+}
+
+func topicGateAuth(rc *reqCtx, tps []txn.TopicPartitions, auth bool) map[string]int16 {
 	var bad map[string]int16
 	for _, tp := range tps {
 		code := codec.CodeNone
 		switch t := rc.s.deps.Store.Topic(tp.Topic); {
-		case !rc.authorized(OpWrite, ResTopic, tp.Topic):
+		case auth && !rc.authorized(OpWrite, ResTopic, tp.Topic):
 			code = codec.CodeTopicAuthorizationFailed
 		case t == nil:
 			code = codec.CodeUnknownTopicOrPartition
@@ -158,12 +167,15 @@ func addPartitionsBatched(rc *reqCtx, req *kmsg.AddPartitionsToTxnRequest, resp 
 		for j, t := range rt.Topics {
 			tps[j] = txn.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions}
 		}
-		if code := txnCoordinatorGate(rc, rt.TransactionalID); code != codec.CodeNone {
+		// v4+ comes from a broker that holds CLUSTER_ACTION (checked above): as in Apache's
+		// KafkaApis, no WRITE on the transactional id or the topics is asked of it; those were
+		// the producer's to hold at its own leader.
+		if code := txnOwnerGate(rc, rt.TransactionalID); code != codec.CodeNone {
 			fill(i, tps, func(int) int16 { return code })
 			doneOne()
 			continue
 		}
-		if bad := topicGate(rc, tps); bad != nil {
+		if bad := topicExistsGate(rc, tps); bad != nil {
 			fill(i, tps, func(k int) int16 {
 				if c, ok := bad[topicAt(tps, k)]; ok {
 					return c
