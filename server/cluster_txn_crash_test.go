@@ -25,11 +25,12 @@ import (
 // there (markerTestHooks swallows what would have gone on, as kill -9 would; the crash leaves the
 // lease to expire):
 //
-//	C after Prepare*, before any marker         TestClusterTxnCoordinatorCrashAfterPrepare
-//	C after the markers and groups, before Complete*   TestClusterTxnCoordinatorCrashBeforeComplete
-//	L with the marker in flight (before its append; durable, answer lost)
-//	                                            TestClusterTxnLeaderCrashWhileMarkerInFlight
-//	G between TxnOffsetCommit and EndTxn        TestClusterTxnGroupCoordinatorCrashBeforeEndTxn
+//	crashed  where                                          test
+//	C        Prepare* durable, no marker sent               TestClusterTxnCoordinatorCrashAfterPrepare
+//	C        markers and group durable, no Complete*        TestClusterTxnCoordinatorCrashBeforeComplete
+//	L        marker received, not appended                  TestClusterTxnLeaderCrashWhileMarkerInFlight
+//	L        marker durable, not answered                   (same, second case)
+//	G        TxnOffsetCommit answered, EndTxn not sent      TestClusterTxnGroupCoordinatorCrashBeforeEndTxn
 //
 // In every case the transaction commits. Prepare* is the recovery record: a coordinator that
 // loads the slot re-drives it, and a commit once prepared is never turned into an abort (as in
