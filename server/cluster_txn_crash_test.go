@@ -210,8 +210,8 @@ func (sc *crashScene) armHooks(id int32, h *markerTestHooks) {
 	sc.tc.broker(id).Markers.testHooks.Store(h)
 }
 
-// once returns a hook body that swallows the first call matching and reports it on reached.
-func once(reached chan<- struct{}) func(match bool) bool {
+// swallowOnce returns a hook body that swallows the first call matching and reports it on reached.
+func swallowOnce(reached chan<- struct{}) func(match bool) bool {
 	var fired atomic.Bool
 	return func(match bool) bool {
 		if !match || !fired.CompareAndSwap(false, true) {
@@ -402,7 +402,7 @@ func TestClusterTxnCoordinatorCrashAfterPrepare(t *testing.T) {
 	sc.settled(t, sc.values("t1"), 1, 2, true)
 
 	reached := make(chan struct{})
-	hit := once(reached)
+	hit := swallowOnce(reached)
 	sc.armHooks(sc.c, &markerTestHooks{dispatch: func(batch []txn.MarkerRequest) bool {
 		return hit(slices.ContainsFunc(batch, func(m txn.MarkerRequest) bool { return m.Topic == sc.topic }))
 	}})
@@ -435,7 +435,7 @@ func TestClusterTxnCoordinatorCrashBeforeComplete(t *testing.T) {
 	sc.settled(t, sc.values("t1"), 1, 2, true)
 
 	reached := make(chan struct{})
-	hit := once(reached)
+	hit := swallowOnce(reached)
 	sc.armHooks(sc.c, &markerTestHooks{groupCompleted: func(group string, _ int64) bool { return hit(group == sc.grp) }})
 	sc.begin(t, "t2", 2)
 	ended := sc.endAcrossCrash(t)
@@ -480,7 +480,7 @@ func TestClusterTxnLeaderCrashWhileMarkerInFlight(t *testing.T) {
 			sc.settled(t, sc.values("t1"), 1, 2, true)
 
 			reached := make(chan struct{})
-			hit := once(reached)
+			hit := swallowOnce(reached)
 			h := func(topic string, part int32, _ int64) bool { return hit(topic == sc.topic && part == sc.part) }
 			if durable {
 				sc.armHooks(sc.l, &markerTestHooks{durable: h})
