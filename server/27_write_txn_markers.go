@@ -53,6 +53,7 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 	}
 	rc.deferReply()
 	markers := rc.s.deps.Markers
+	hooks := markers.testHooks.Load()
 	resp.Markers = make([]kmsg.WriteTxnMarkersResponseMarker, len(req.Markers))
 	for i := range req.Markers {
 		m := &req.Markers[i]
@@ -88,6 +89,10 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 				}
 				left.Add(1)
 				answer := func(code int16) {
+					if code == codec.CodeNone && lp.p != nil && hooks != nil && hooks.durable != nil &&
+						!hooks.durable(mt.Topic, pn, m.ProducerID) {
+						return
+					}
 					defer rc.guard()
 					if code == codec.CodeNone && !markers.publishable() {
 						// Rule P: durable but past the lease deadline; a successor owns it now.
@@ -99,6 +104,9 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 				if lp.p == nil {
 					// A group shard this broker owns (design/cluster.md §6 step 4).
 					markers.completeShard(pn, m.ProducerID, m.Committed, answer)
+					continue
+				}
+				if hooks != nil && hooks.received != nil && !hooks.received(mt.Topic, pn, m.ProducerID) {
 					continue
 				}
 				enqueueMarker(lp.p, markerItem{pid: m.ProducerID, epoch: m.ProducerEpoch, commit: m.Committed,

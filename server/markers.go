@@ -75,6 +75,9 @@ type MarkerWriter struct {
 	// swallow (tests only) makes WriteMarkers never answer: the broker then stops exactly
 	// between "Prepare* durable" and "markers written", as a crash there would.
 	swallow atomic.Bool
+	// testHooks (tests only, nil otherwise) stops a cluster broker at one step of a transaction's
+	// tail, so the crash tests (cluster_txn_crash_test.go) can kill it exactly there.
+	testHooks atomic.Pointer[markerTestHooks]
 
 	// Set by the broker wiring before serving: the group coordinator and its store, which
 	// complete a producer's staged offsets when a WriteTxnMarkers names a __consumer_offsets
@@ -86,6 +89,26 @@ type MarkerWriter struct {
 }
 
 var _ txn.PartitionWriter = (*MarkerWriter)(nil)
+
+// markerTestHooks are the points of the transaction tail at which a test stops a cluster broker
+// and then crashes it. Each hook is called with what is about to pass that point and returns
+// false to swallow it, so that nothing more happens to it on this broker (as after kill -9
+// there), or true to let it go on; a nil hook lets everything pass. A hook must not wait for the
+// crash: it runs on a coordinator worker, a partition's marker drainer or a peer sender, which
+// closing the broker waits for.
+type markerTestHooks struct {
+	// Transaction coordinator, ClusterMarkerWriter.WriteMarkers: the saga hands over a batch
+	// of markers. Prepare* is durable and no marker has left yet.
+	dispatch func(batch []txn.MarkerRequest) bool
+	// Transaction coordinator, ClusterMarkerWriter.Groups: a group's staged offsets are
+	// completed (durable at the group coordinator) and the saga has not heard it yet, so
+	// Complete* is not written.
+	groupCompleted func(group string, producerID int64) bool
+	// Partition leader, WriteTxnMarkers: a marker for one of its partitions has arrived and is
+	// not appended yet (received), or is durable and not answered yet (durable).
+	received func(topic string, partition int32, producerID int64) bool
+	durable  func(topic string, partition int32, producerID int64) bool
+}
 
 // NewMarkerWriter builds the local writer over store. topo answers partition leadership (nil:
 // single broker, leads everything).

@@ -150,6 +150,9 @@ func (w *ClusterMarkerWriter) WriteMarkers(batch []txn.MarkerRequest, done func(
 		done(nil)
 		return
 	}
+	if h := w.local.testHooks.Load(); h != nil && h.dispatch != nil && !h.dispatch(batch) {
+		return
+	}
 	res := make([]txn.MarkerResult, len(batch))
 	var left atomic.Int32
 	left.Store(int32(len(batch)))
@@ -175,6 +178,10 @@ func (g clusterGroups) CompleteTxnOffsets(grp string, producerID int64, producer
 	g.w.route(&remoteMarker{group: grp, req: txn.MarkerRequest{Topic: topology.GroupsTopic, Partition: shard,
 		ProducerID: producerID, ProducerEpoch: producerEpoch, Commit: commit, CoordinatorEpoch: -1},
 		done: func(code int16) {
+			if h := g.w.local.testHooks.Load(); code == codec.CodeNone && h != nil && h.groupCompleted != nil &&
+				!h.groupCompleted(grp, producerID) {
+				return
+			}
 			if code == codec.CodeNone {
 				done(nil)
 				return
