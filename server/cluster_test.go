@@ -214,8 +214,11 @@ func (tc *testCluster) owner(topic string, p int32) topology.Owner {
 
 func (tc *testCluster) client(opts ...kgo.Opt) *kgo.Client {
 	tc.t.Helper()
+	// AlwaysRetryEOF: these tests crash and stop brokers under load, and a connection a broker
+	// closes (crashed, or shutting down) before its first answer is, to kgo by default, a sign of
+	// missing SASL and not retried; here it is the crash itself, as a kill -9 is to any client.
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(tc.seeds()...), kgo.MetadataMinAge(50 * time.Millisecond),
-		kgo.RetryTimeout(30 * time.Second)}, opts...)...)
+		kgo.RetryTimeout(30 * time.Second), kgo.AlwaysRetryEOF()}, opts...)...)
 	if err != nil {
 		tc.t.Fatal(err)
 	}
