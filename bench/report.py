@@ -26,6 +26,7 @@ TITLES = {
     "S5": "perf-test produce (1 KB, 6 partitions), then kafka-consumer-perf-test read_uncommitted / read_committed",
     "S6": "EndToEndLatency, 1 KB, acks=all, 1 partition, one message in flight",
     "S7": "1, 2, 4 concurrent perf-test producers (one 6-partition topic each), 1 KB, acks=all, vs the disk's fsync'd bandwidth",
+    "S4c": "cluster mode: S4 (bench/txnload --remote-leaders, 16 and 64 producers, 1-record transactions) on a 3-broker cluster vs the single broker, each producer's partition led by another broker than its coordinator; then kill -9 of a transaction coordinator",
     "S8": "cluster mode: S1's perf-test on a 3-broker cluster (etcd + 3 kaas, one data dir) vs the single broker; failover after kill -9 / SIGTERM of a leader",
 }
 
@@ -103,8 +104,8 @@ def verdict(value, op, target):
 
 
 def scenario_md(sc, rows, args, variants, brokers):
-    if sc == "S8":
-        # S8 compares kaas with itself (single broker, cluster); no Kafka rows exist.
+    if sc in ("S8", "S4c"):
+        # S8 and S4c compare kaas with itself (single broker, cluster); no Kafka rows exist.
         brokers = [b for b in brokers if any(r["broker"] == b for r in rows)]
     L = []
     L.append(f"## {rows[0]['run_id']} — {sc}: {TITLES.get(sc, sc)}")
@@ -129,12 +130,12 @@ def scenario_md(sc, rows, args, variants, brokers):
                       "cpu_s", "cpu_s_per_gb", "peak_rss_mb")]
             L.append(f"| {v} | {b} | " + " | ".join(cells) + f" | {len(ok)}/{len(rs)} |")
     L.append("")
-    if sc != "S8":
+    if sc not in ("S8", "S4c"):
         L.append("kaas / Kafka ratios (per round, paired by round; min – median – max), verdict on the median:")
         L.append("")
         L.append("| variant | metric | kaas/kafka min – median – max | kaas/kafka-fsync median | target | verdict |")
         L.append("|---|---|---|---|---|---|")
-    for v in (variants if sc != "S8" else []):
+    for v in (variants if sc not in ("S8", "S4c") else []):
         checks = [(m, op, t) for (s, vv, m, op, t) in RATIO_TARGETS if s == sc and vv in (None, v)]
         checks += GLOBAL_TARGETS
         if sc in ("S2", "S7") or (sc == "S5" and v == "produce"):
@@ -167,6 +168,20 @@ def scenario_md(sc, rows, args, variants, brokers):
             if ms or any(r["variant"] == v for r in rows):
                 m, worst = med(ms), (max(ms) if ms else None)
                 extra.append(f"| {v} | failover ms, median (worst {fmt(worst)}) | {fmt(m)} | <= 5000 (test session settings) | {verdict(worst, '<=', 5000)} |")
+    if sc == "S4c":
+        # Issue 10's goals: the cluster keeps >= 0.8x the single broker's commits/s and at most
+        # 2x its EndTxn p99 (the same cores and disk: the cost of crossing brokers).
+        for v in ("16producers", "64producers"):
+            for m, op, t in (("records_per_s", ">=", 0.8), ("p99_ms", "<=", 2.0)):
+                st = ratio_stats(rows, v, m, num_b="kaas-cluster", den_b="kaas")
+                label = "commits/s" if m == "records_per_s" else "EndTxn p99"
+                extra.append(f"| {v} | kaas-cluster / kaas {label} (min – median – max) | "
+                             f"{'-' if st is None else f'{st[0]:.2f} – **{st[1]:.2f}** – {st[2]:.2f}'} | {op} {t}x | "
+                             f"{verdict(st[1] if st else None, op, t)} |")
+        ms = [r["max_ms"] for r in rows if r["variant"] == "coord-failover-KILL" and not r["failed"]]
+        if ms or any(r["variant"] == "coord-failover-KILL" for r in rows):
+            extra.append(f"| coord-failover-KILL | kill → first commit ms, median (worst {fmt(max(ms) if ms else None)}) | "
+                         f"{fmt(med(ms))} | informational (session + reassignment + slot load + client retry) | |")
     if sc == "S7" and args.disk_mbps:
         disk = float(args.disk_mbps)
         for v in variants:
