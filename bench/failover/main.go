@@ -109,6 +109,7 @@ func cmdReady(args []string) error {
 	brokers := fs.String("brokers", "", "comma-separated seeds")
 	n := fs.Int("n", 3, "brokers every seed must list")
 	timeout := fs.Duration("timeout", 90*time.Second, "give up after")
+	balanced := fs.Bool("txn-balanced", false, "also wait until the 50 transaction slots are spread ±1 over the n brokers")
 	_ = fs.Parse(args)
 	deadline := time.Now().Add(*timeout)
 	var last error
@@ -125,6 +126,9 @@ func cmdReady(args []string) error {
 				last = err
 				break
 			}
+		}
+		if last == nil && *balanced {
+			last = txnSlotsBalanced(strings.Split(*brokers, ","), *n)
 		}
 		if last == nil {
 			return nil

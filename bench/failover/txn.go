@@ -57,7 +57,7 @@ type txnResult struct {
 	ServingMs      float64 `json:"serving_ms"`
 	FailoverMs     float64 `json:"failover_ms"` // kill → the first commit answered by another broker
 	CommitsBefore  int64   `json:"commits_before"`
-	Errors         int64   `json:"errors"`
+	Errors         int64   `json:"errors"` // failed transactions (each aborted, then the loop goes on)
 	FirstError     string  `json:"first_error,omitempty"`
 }
 
@@ -218,7 +218,16 @@ func cmdTxn(args []string) error {
 				errs.Add(1)
 				s := err.Error()
 				firstErr.CompareAndSwap(nil, &s)
-				_ = cl.EndTransaction(ctx, kgo.TryAbort)
+				// A failed transaction must be aborted before the next begins (kgo's
+				// EndTransaction contract). While no coordinator serves the slot the abort
+				// fails too (a dial error at once), so it is retried at the client's backoff
+				// instead of spinning.
+				for ctx.Err() == nil && !stop.Load() {
+					if cl.EndTransaction(ctx, kgo.TryAbort) == nil {
+						break
+					}
+					time.Sleep(100 * time.Millisecond) // the client's retry backoff (clientOpts)
+				}
 				continue
 			}
 			commits.Add(1)
@@ -355,4 +364,56 @@ func probeServing(ctx context.Context, addr, id string, served func()) {
 		}
 		time.Sleep(5 * time.Millisecond) // probe interval
 	}
+}
+
+// slotProbeIDs holds one transactional id per slot (found by trying "slot-probe-<k>" until all
+// 50 slots are covered), so one FindCoordinator names every slot's owner.
+var slotProbeIDs = func() []string {
+	ids := make([]string, 50)
+	left := 50
+	for k := 0; left > 0; k++ {
+		id := "slot-probe-" + strconv.Itoa(k)
+		if s := txnSlot(id); ids[s] == "" {
+			ids[s] = id
+			left--
+		}
+	}
+	return ids
+}()
+
+// txnSlotsBalanced is nil once every one of n brokers coordinates 50/n ±1 transaction slots:
+// right after the brokers join, the first one holds every slot and the controller moves them
+// over a few ticks, and a measurement taken meanwhile would see one coordinator and moves.
+func txnSlotsBalanced(seeds []string, n int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequestRetries(0))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorType = 1
+	req.CoordinatorKeys = slotProbeIDs
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	load := map[int32]int{}
+	for _, c := range resp.Coordinators {
+		if c.ErrorCode != 0 {
+			return fmt.Errorf("slot of %s: error %d", c.Key, c.ErrorCode)
+		}
+		load[c.NodeID]++
+	}
+	lo, hi := 50/n, (50+n-1)/n
+	if len(load) != n {
+		return fmt.Errorf("transaction slots on %d brokers, want %d (%v)", len(load), n, load)
+	}
+	for b, k := range load {
+		if k < lo || k > hi {
+			return fmt.Errorf("broker %d coordinates %d slots, want %d..%d (%v)", b, k, lo, hi, load)
+		}
+	}
+	return nil
 }
