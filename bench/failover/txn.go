@@ -197,12 +197,14 @@ func cmdTxn(args []string) error {
 	// The producer: begin → 1 record → commit until stopped.
 	hook := &endTxnNode{}
 	hook.node.Store(-1)
-	cl, err := kgo.NewClient(append(clientOpts(seeds), kgo.TransactionalID(*txnID), kgo.DefaultProduceTopic(*topic),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithHooks(hook))...)
+	newProducer := func() (*kgo.Client, error) {
+		return kgo.NewClient(append(clientOpts(seeds), kgo.TransactionalID(*txnID), kgo.DefaultProduceTopic(*topic),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithHooks(hook))...)
+	}
+	cl, err := newProducer()
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
 	var (
 		commits, errs atomic.Int64
 		firstErr      atomic.Pointer[string]
@@ -212,21 +214,29 @@ func cmdTxn(args []string) error {
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)
+		defer func() {
+			if cl != nil {
+				cl.Close()
+			}
+		}()
 		for !stop.Load() && ctx.Err() == nil {
 			err := txnCycle(ctx, cl, res.Partition)
 			if err != nil {
 				errs.Add(1)
 				s := err.Error()
 				firstErr.CompareAndSwap(nil, &s)
-				// A failed transaction must be aborted before the next begins (kgo's
-				// EndTransaction contract). While no coordinator serves the slot the abort
-				// fails too (a dial error at once), so it is retried at the client's backoff
-				// instead of spinning.
+				// A commit that failed with the coordinator gone (kgo gives up on a refused dial
+				// at once) leaves the client's transaction state unknown, and kgo's abort then
+				// answers without reaching any broker, so the client is replaced, as an
+				// application does with a producer whose commit failed: the new client's
+				// InitProducerId goes through FindCoordinator to whichever broker serves the
+				// slot, bumps the epoch and aborts what was open. Retried at the client's backoff.
+				cl.Close()
 				for ctx.Err() == nil && !stop.Load() {
-					if cl.EndTransaction(ctx, kgo.TryAbort) == nil {
+					time.Sleep(100 * time.Millisecond) // the client's retry backoff (clientOpts)
+					if cl, err = newProducer(); err == nil {
 						break
 					}
-					time.Sleep(100 * time.Millisecond) // the client's retry backoff (clientOpts)
 				}
 				continue
 			}
