@@ -218,12 +218,15 @@ def chart(path, data, brokers, title):
     import matplotlib.pyplot as plt
 
     # Scenarios in order, variants in the order they ran.
-    groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data), key=lambda g: g[0])
+    # Failover rows (S8, S4c) have no throughput or p99: they get a panel of their own below.
+    groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data if "failover" not in r["variant"]), key=lambda g: g[0])
+    fo_groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data if "failover" in r["variant"]), key=lambda g: g[0])
     colors = {"kaas": "#2b7bba", "kafka": "#e07b39", "kafka-fsync": "#9a9a9a", "kaas-cluster": "#5aa469"}
-    fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.25 * len(groups) + 3), 9))
+    n_panels = 3 if fo_groups else 2
+    fig, axes = plt.subplots(n_panels, 1, figsize=(max(8, 1.25 * len(groups) + 3), 4.5 * n_panels))
     width = 0.8 / max(1, len(brokers))
-    for ax, metric, label in ((axes[0], "records_per_s", "throughput, records/s (S4: commits/s; S6: round trips/s) — log scale"),
-                              (axes[1], "p99_ms", "p99 latency, ms (S4: EndTxn; S7: worst producer) — log scale")):
+    for ax, metric, label in ((axes[0], "records_per_s", "throughput, records/s (S4, S4c: commits/s; S6: round trips/s) — log scale"),
+                              (axes[1], "p99_ms", "p99 latency, ms (S4, S4c: EndTxn; S7: worst producer) — log scale")):
         for i, b in enumerate(brokers):
             xs, ys = [], []
             for gi, (sc, v) in enumerate(groups):
@@ -242,12 +245,59 @@ def chart(path, data, brokers, title):
         ax.grid(axis="y", alpha=0.3, which="both")
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.margins(y=0.25)
+    if fo_groups:
+        failover_panel(axes[2], data, fo_groups)
     axes[0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     width_chars = int(fig.get_size_inches()[0] * 14)
     fig.suptitle("\n".join(textwrap.fill(line, width_chars) for line in title.split("\n")), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# The phases of a coordinator failover (bench/failover txn), each a mark measured from the kill.
+FAILOVER_PHASES = [("lease_gone_ms", "lease expiry (session)", "#c9c9c9"),
+                   ("reassigned_ms", "controller reassignment", "#e07b39"),
+                   ("serving_ms", "slot load", "#5aa469"),
+                   (None, "client retry + commit", "#2b7bba")]
+
+
+def extra_num(r, key):
+    for kv in r.get("extra", "").split(";"):
+        k, _, v = kv.partition("=")
+        if k == key:
+            return num(v)
+    return None
+
+
+def failover_panel(ax, data, fo_groups):
+    """One bar per failover variant (median of kill → first ack/commit, ms, linear scale), split
+    into its phases where the rows carry the marks (S4c), and every run's figure as a dot."""
+    for gi, (sc, v) in enumerate(fo_groups):
+        rs = [r for r in data if r["scenario"] == sc and r["variant"] == v and not r["failed"] and r["max_ms"] is not None]
+        if not rs:
+            continue
+        total = med([r["max_ms"] for r in rs])
+        marks = [med([extra_num(r, k) for r in rs]) if k else total for k, _, _ in FAILOVER_PHASES]
+        if all(m is not None for m in marks):
+            prev = 0
+            for (k, label, color), m in zip(FAILOVER_PHASES, marks):
+                ax.bar(gi, max(m - prev, 0), 0.5, bottom=prev, color=color, label=label)
+                prev = max(m, prev)
+        else:
+            ax.bar(gi, total, 0.5, color=FAILOVER_PHASES[-1][2])
+        ax.scatter([gi] * len(rs), [r["max_ms"] for r in rs], color="black", s=10, zorder=3)
+        ax.text(gi, total, f"{fmt(total)} ms", ha="center", va="bottom", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    if uniq:
+        ax.legend(uniq.values(), uniq.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.set_xticks(range(len(fo_groups)))
+    ax.set_xticklabels([f"{sc}\n{v}" for sc, v in fo_groups], fontsize=8)
+    ax.set_xlim(-0.6, max(len(fo_groups), 2) - 0.4)
+    ax.set_title("failover ms, median (S8: signal → first ack; S4c: kill -9 → first commit, by phase); dots: every run", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.margins(y=0.15)
 
 
 def main():
