@@ -222,6 +222,8 @@ def chart(path, data, brokers, title):
     groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data if "failover" not in r["variant"]), key=lambda g: g[0])
     fo_groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data if "failover" in r["variant"]), key=lambda g: g[0])
     colors = {"kaas": "#2b7bba", "kafka": "#e07b39", "kafka-fsync": "#9a9a9a", "kaas-cluster": "#5aa469"}
+    # Only the brokers that have rows (S4c and S8 runs name kaas-cluster next to absent Kafkas).
+    brokers = [b for b in brokers if any(r["broker"] == b for r in data)]
     n_panels = 3 if fo_groups else 2
     fig, axes = plt.subplots(n_panels, 1, figsize=(max(8, 1.25 * len(groups) + 3), 4.5 * n_panels))
     width = 0.8 / max(1, len(brokers))
@@ -287,7 +289,7 @@ def failover_panel(ax, data, fo_groups):
         else:
             ax.bar(gi, total, 0.5, color=FAILOVER_PHASES[-1][2])
         ax.scatter([gi] * len(rs), [r["max_ms"] for r in rs], color="black", s=10, zorder=3)
-        ax.text(gi, total, f"{fmt(total)} ms", ha="center", va="bottom", fontsize=8)
+        ax.text(gi + 0.27, total, f"median {fmt(total)} ms", ha="left", va="center", fontsize=8)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     if uniq:
@@ -349,7 +351,8 @@ def main():
         print(f"(appended to {base}.md and {base}.csv)\n")
     if args.chart:
         png = os.path.join(args.out_dir, f"{date}-{run_id[11:15]}-{'-'.join(scenarios)}.png")
-        chart(png, data, brokers, f"kaas vs Apache Kafka 4.1.1, run {run_id} ({args.mode}, {args.rounds} round(s)), medians across rounds\n"
+        who = "kaas vs Apache Kafka 4.1.1" if any(r["broker"].startswith("kafka") for r in data) else "kaas: single broker vs 3-broker cluster"
+        chart(png, data, brokers, f"{who}, run {run_id} ({args.mode}, {args.rounds} round(s)), medians across rounds\n"
                                   f"{args.machine.split('; java')[0]}\nload {args.load}")
         print(f"chart: {png}")
     return 0
