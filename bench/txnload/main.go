@@ -21,7 +21,9 @@
 // Each producer runs one untimed warm-up transaction first (InitProducerId, metadata, the first
 // connection to the coordinator), then all producers start together. Each producer writes to a
 // fixed partition (i mod P) so producers spread evenly over the partitions and over the broker's
-// per-partition locks, as they would with keyed records.
+// per-partition locks, as they would with keyed records. With --remote-leaders (bench/run S4c)
+// each producer's partition is instead one led by another broker than its transaction
+// coordinator, so on a cluster every commit crosses brokers.
 package main
 
 import (
