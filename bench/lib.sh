@@ -9,6 +9,8 @@
 #                                                  (broker 1), $bootstrap_override (the 3 seeds),
 #                                                  cluster_pids[1..3], cluster_ports[1..3]
 #   cluster_broker_start <id>                      (re)start broker id of the running cluster
+#   cluster_restart_dead                           restart whichever cluster brokers exited
+#   cluster_wait_balanced <s>                      all 3 listed and the txn slots spread ±1
 #   broker_pids                                    every process of the broker under test (CPU, RSS)
 #   broker_stop <broker>                           graceful stop of the broker started last
 #   broker_cleanup                                 for the EXIT trap: kill whatever is left
@@ -101,6 +103,26 @@ cluster_wait_ready() {
 	done
 	echo "kaas-cluster: not ready within $1 s" >&2
 	return 1
+}
+
+# cluster_wait_balanced <seconds>: cluster_wait_ready, then the 50 transaction slots spread
+# ±1 over the 3 brokers (the first broker up holds them all until the controller's smoothing
+# moves them; S4c measures coordinators, so it waits for that).
+cluster_wait_balanced() {
+	cluster_wait_ready "$1" || return 1
+	"$work/bin/failover" ready --brokers "$bootstrap_override" --n 3 --txn-balanced --timeout "${1}s" 2>&1 >/dev/null | tail -1 >&2
+	return "${PIPESTATUS[0]}"
+}
+
+# cluster_restart_dead: start again every broker of the cluster whose process has exited.
+cluster_restart_dead() {
+	local id
+	for id in 1 2 3; do
+		if ! kill -0 "${cluster_pids[id]}" 2>/dev/null; then
+			wait "${cluster_pids[id]}" 2>/dev/null || true
+			cluster_broker_start "$id"
+		fi
+	done
 }
 
 # cluster_stop: SIGTERM every broker (their drains overlap), wait, then etcd.

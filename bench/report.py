@@ -26,6 +26,7 @@ TITLES = {
     "S5": "perf-test produce (1 KB, 6 partitions), then kafka-consumer-perf-test read_uncommitted / read_committed",
     "S6": "EndToEndLatency, 1 KB, acks=all, 1 partition, one message in flight",
     "S7": "1, 2, 4 concurrent perf-test producers (one 6-partition topic each), 1 KB, acks=all, vs the disk's fsync'd bandwidth",
+    "S4c": "cluster mode: S4 (bench/txnload --remote-leaders, 16 and 64 producers, 1-record transactions) on a 3-broker cluster vs the single broker, each producer's partition led by another broker than its coordinator; then kill -9 of a transaction coordinator",
     "S8": "cluster mode: S1's perf-test on a 3-broker cluster (etcd + 3 kaas, one data dir) vs the single broker; failover after kill -9 / SIGTERM of a leader",
 }
 
@@ -103,8 +104,8 @@ def verdict(value, op, target):
 
 
 def scenario_md(sc, rows, args, variants, brokers):
-    if sc == "S8":
-        # S8 compares kaas with itself (single broker, cluster); no Kafka rows exist.
+    if sc in ("S8", "S4c"):
+        # S8 and S4c compare kaas with itself (single broker, cluster); no Kafka rows exist.
         brokers = [b for b in brokers if any(r["broker"] == b for r in rows)]
     L = []
     L.append(f"## {rows[0]['run_id']} — {sc}: {TITLES.get(sc, sc)}")
@@ -129,12 +130,12 @@ def scenario_md(sc, rows, args, variants, brokers):
                       "cpu_s", "cpu_s_per_gb", "peak_rss_mb")]
             L.append(f"| {v} | {b} | " + " | ".join(cells) + f" | {len(ok)}/{len(rs)} |")
     L.append("")
-    if sc != "S8":
+    if sc not in ("S8", "S4c"):
         L.append("kaas / Kafka ratios (per round, paired by round; min – median – max), verdict on the median:")
         L.append("")
         L.append("| variant | metric | kaas/kafka min – median – max | kaas/kafka-fsync median | target | verdict |")
         L.append("|---|---|---|---|---|---|")
-    for v in (variants if sc != "S8" else []):
+    for v in (variants if sc not in ("S8", "S4c") else []):
         checks = [(m, op, t) for (s, vv, m, op, t) in RATIO_TARGETS if s == sc and vv in (None, v)]
         checks += GLOBAL_TARGETS
         if sc in ("S2", "S7") or (sc == "S5" and v == "produce"):
@@ -167,6 +168,20 @@ def scenario_md(sc, rows, args, variants, brokers):
             if ms or any(r["variant"] == v for r in rows):
                 m, worst = med(ms), (max(ms) if ms else None)
                 extra.append(f"| {v} | failover ms, median (worst {fmt(worst)}) | {fmt(m)} | <= 5000 (test session settings) | {verdict(worst, '<=', 5000)} |")
+    if sc == "S4c":
+        # Issue 10's goals: the cluster keeps >= 0.8x the single broker's commits/s and at most
+        # 2x its EndTxn p99 (the same cores and disk: the cost of crossing brokers).
+        for v in ("16producers", "64producers"):
+            for m, op, t in (("records_per_s", ">=", 0.8), ("p99_ms", "<=", 2.0)):
+                st = ratio_stats(rows, v, m, num_b="kaas-cluster", den_b="kaas")
+                label = "commits/s" if m == "records_per_s" else "EndTxn p99"
+                extra.append(f"| {v} | kaas-cluster / kaas {label} (min – median – max) | "
+                             f"{'-' if st is None else f'{st[0]:.2f} – **{st[1]:.2f}** – {st[2]:.2f}'} | {op} {t}x | "
+                             f"{verdict(st[1] if st else None, op, t)} |")
+        ms = [r["max_ms"] for r in rows if r["variant"] == "coord-failover-KILL" and not r["failed"]]
+        if ms or any(r["variant"] == "coord-failover-KILL" for r in rows):
+            extra.append(f"| coord-failover-KILL | kill → first commit ms, median (worst {fmt(max(ms) if ms else None)}) | "
+                         f"{fmt(med(ms))} | informational (session + reassignment + slot load + client retry) | |")
     if sc == "S7" and args.disk_mbps:
         disk = float(args.disk_mbps)
         for v in variants:
@@ -203,12 +218,17 @@ def chart(path, data, brokers, title):
     import matplotlib.pyplot as plt
 
     # Scenarios in order, variants in the order they ran.
-    groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data), key=lambda g: g[0])
+    # Failover rows (S8, S4c) have no throughput or p99: they get a panel of their own below.
+    groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data if "failover" not in r["variant"]), key=lambda g: g[0])
+    fo_groups = sorted(dict.fromkeys((r["scenario"], r["variant"]) for r in data if "failover" in r["variant"]), key=lambda g: g[0])
     colors = {"kaas": "#2b7bba", "kafka": "#e07b39", "kafka-fsync": "#9a9a9a", "kaas-cluster": "#5aa469"}
-    fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.25 * len(groups) + 3), 9))
+    # Only the brokers that have rows (S4c and S8 runs name kaas-cluster next to absent Kafkas).
+    brokers = [b for b in brokers if any(r["broker"] == b for r in data)]
+    n_panels = 3 if fo_groups else 2
+    fig, axes = plt.subplots(n_panels, 1, figsize=(max(8, 1.25 * len(groups) + 3), 4.5 * n_panels))
     width = 0.8 / max(1, len(brokers))
-    for ax, metric, label in ((axes[0], "records_per_s", "throughput, records/s (S4: commits/s; S6: round trips/s) — log scale"),
-                              (axes[1], "p99_ms", "p99 latency, ms (S4: EndTxn; S7: worst producer) — log scale")):
+    for ax, metric, label in ((axes[0], "records_per_s", "throughput, records/s (S4, S4c: commits/s; S6: round trips/s) — log scale"),
+                              (axes[1], "p99_ms", "p99 latency, ms (S4, S4c: EndTxn; S7: worst producer) — log scale")):
         for i, b in enumerate(brokers):
             xs, ys = [], []
             for gi, (sc, v) in enumerate(groups):
@@ -227,12 +247,59 @@ def chart(path, data, brokers, title):
         ax.grid(axis="y", alpha=0.3, which="both")
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.margins(y=0.25)
+    if fo_groups:
+        failover_panel(axes[2], data, fo_groups)
     axes[0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     width_chars = int(fig.get_size_inches()[0] * 14)
     fig.suptitle("\n".join(textwrap.fill(line, width_chars) for line in title.split("\n")), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# The phases of a coordinator failover (bench/failover txn), each a mark measured from the kill.
+FAILOVER_PHASES = [("lease_gone_ms", "lease expiry (session)", "#c9c9c9"),
+                   ("reassigned_ms", "controller reassignment", "#e07b39"),
+                   ("serving_ms", "slot load", "#5aa469"),
+                   (None, "client retry + commit", "#2b7bba")]
+
+
+def extra_num(r, key):
+    for kv in r.get("extra", "").split(";"):
+        k, _, v = kv.partition("=")
+        if k == key:
+            return num(v)
+    return None
+
+
+def failover_panel(ax, data, fo_groups):
+    """One bar per failover variant (median of kill → first ack/commit, ms, linear scale), split
+    into its phases where the rows carry the marks (S4c), and every run's figure as a dot."""
+    for gi, (sc, v) in enumerate(fo_groups):
+        rs = [r for r in data if r["scenario"] == sc and r["variant"] == v and not r["failed"] and r["max_ms"] is not None]
+        if not rs:
+            continue
+        total = med([r["max_ms"] for r in rs])
+        marks = [med([extra_num(r, k) for r in rs]) if k else total for k, _, _ in FAILOVER_PHASES]
+        if all(m is not None for m in marks):
+            prev = 0
+            for (k, label, color), m in zip(FAILOVER_PHASES, marks):
+                ax.bar(gi, max(m - prev, 0), 0.5, bottom=prev, color=color, label=label)
+                prev = max(m, prev)
+        else:
+            ax.bar(gi, total, 0.5, color=FAILOVER_PHASES[-1][2])
+        ax.scatter([gi] * len(rs), [r["max_ms"] for r in rs], color="black", s=10, zorder=3)
+        ax.text(gi + 0.27, total, f"median {fmt(total)} ms", ha="left", va="center", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    if uniq:
+        ax.legend(uniq.values(), uniq.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.set_xticks(range(len(fo_groups)))
+    ax.set_xticklabels([f"{sc}\n{v}" for sc, v in fo_groups], fontsize=8)
+    ax.set_xlim(-0.6, max(len(fo_groups), 2) - 0.4)
+    ax.set_title("failover ms, median (S8: signal → first ack; S4c: kill -9 → first commit, by phase); dots: every run", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.margins(y=0.15)
 
 
 def main():
@@ -284,7 +351,8 @@ def main():
         print(f"(appended to {base}.md and {base}.csv)\n")
     if args.chart:
         png = os.path.join(args.out_dir, f"{date}-{run_id[11:15]}-{'-'.join(scenarios)}.png")
-        chart(png, data, brokers, f"kaas vs Apache Kafka 4.1.1, run {run_id} ({args.mode}, {args.rounds} round(s)), medians across rounds\n"
+        who = "kaas vs Apache Kafka 4.1.1" if any(r["broker"].startswith("kafka") for r in data) else "kaas: single broker vs 3-broker cluster"
+        chart(png, data, brokers, f"{who}, run {run_id} ({args.mode}, {args.rounds} round(s)), medians across rounds\n"
                                   f"{args.machine.split('; java')[0]}\nload {args.load}")
         print(f"chart: {png}")
     return 0
