@@ -27,8 +27,9 @@ package server
 //
 // A marker leaves only on success, on its topic's deletion, or with a code no resend can change.
 // Resends are safe: a marker for a transaction the partition has already closed is not written
-// again (storage.Partition.AppendMarker), and completing a group's staged offsets twice commits
-// nothing the second time.
+// again (storage.Partition.AppendMarker), nor is a late copy once the producer's next transaction
+// has started there, since each marker carries its prepare's sequence (tagMarkerPrepareSeq,
+// AppendMarkerSeq), and completing a group's staged offsets twice commits nothing the second time.
 //
 // Lock order: ClusterMarkerWriter.mu and markerPeer.mu are leaves (never held together), and
 // neither is held while calling out (local writer, group coordinator, kgo, done callbacks).
@@ -517,6 +518,7 @@ type markerKey struct {
 	epoch      int16
 	commit     bool
 	coordEpoch int32
+	prepareSeq uint64
 }
 
 // send builds one WriteTxnMarkers v1 for batch, sends it and settles every marker.
@@ -538,7 +540,7 @@ func (p *markerPeer) send(batch []queuedMarker) {
 	var deferred []queuedMarker
 	for _, qm := range batch {
 		r := &qm.m.req
-		k := markerKey{r.ProducerID, r.ProducerEpoch, r.Commit, r.CoordinatorEpoch}
+		k := markerKey{r.ProducerID, r.ProducerEpoch, r.Commit, r.CoordinatorEpoch, r.PrepareSeq}
 		if prev, ok := byPID[r.ProducerID]; ok && prev != k {
 			deferred = append(deferred, qm)
 			continue
@@ -556,6 +558,7 @@ func (p *markerPeer) send(batch []queuedMarker) {
 			entries[k] = mi
 			e := kmsg.NewWriteTxnMarkersRequestMarker()
 			e.ProducerID, e.ProducerEpoch, e.Committed, e.CoordinatorEpoch = k.pid, k.epoch, k.commit, k.coordEpoch
+			setMarkerPrepareSeq(&e, k.prepareSeq) // the leader's dedup of late copies
 			req.Markers = append(req.Markers, e)
 			topicAt[mi] = map[string]int{}
 		}
