@@ -273,9 +273,10 @@ func (w *ClusterMarkerWriter) settle(m *remoteMarker, o topology.Owner, code int
 		codec.CodeFencedLeaderEpoch, codec.CodeUnknownLeaderEpoch:
 		w.retry(m, o)
 	default:
-		// 52: a newer coordinator of the slot wrote on that partition, this one is stale; 47: the
-		// producer moved to a newer epoch. No resend can change either: the saga fails and leaves
-		// the entry prepared for whoever owns the slot now.
+		// 52: a newer coordinator of the slot wrote on that partition, this one is stale (the
+		// coordinator unloads the slot: txn.Coordinator.staleSlot); 47: the producer moved to a
+		// newer epoch. No resend can change either: the saga fails and leaves the entry prepared
+		// for whoever owns the slot now.
 		mMarkerFailed.Inc()
 		w.log.Warn("transaction marker refused", zap.String("topic", m.req.Topic), zap.Int32("partition", m.req.Partition),
 			zap.Int64("producerId", m.req.ProducerID), zap.Int16("producerEpoch", m.req.ProducerEpoch),
