@@ -24,8 +24,8 @@ func endTxnCode(t *testing.T, rc *rawConn, tid string, pid int64, epoch int16, c
 // TestClusterEndTxnAnswers15WhileLeaderDownThenCommits: one of the transaction's remote leaders
 // is down (crashed, its lease not yet expired), so its marker cannot be written. EndTxn answers
 // COORDINATOR_NOT_AVAILABLE once the (shortened) marker wait has passed, while the coordinator
-// keeps sending; meanwhile AddPartitionsToTxn, AddOffsetsToTxn and InitProducerId for the id
-// answer CONCURRENT_TRANSACTIONS, so no later transaction overtakes the markers. Once the
+// keeps sending; meanwhile AddPartitionsToTxn, AddOffsetsToTxn, KIP-890 verification and
+// InitProducerId for the id answer CONCURRENT_TRANSACTIONS, so no later transaction overtakes the markers. Once the
 // partition has a new leader the marker lands, and a retried EndTxn answers NONE (51 until then);
 // both partitions are then stable, read_committed sees the records, and one more retry of the
 // completed commit answers NONE too.
@@ -69,6 +69,18 @@ func TestClusterEndTxnAnswers15WhileLeaderDownThenCommits(t *testing.T) {
 	ao.TransactionalID, ao.ProducerID, ao.ProducerEpoch, ao.Group = tid, pid, epoch, "mkw-g"
 	if r := fxRoundTrip[*kmsg.AddOffsetsToTxnResponse](t, rc, ao); r.ErrorCode != codec.CodeConcurrentTransactions {
 		t.Fatalf("AddOffsetsToTxn while the markers are pending: %v, want 51", kerr.ErrorForCode(r.ErrorCode))
+	}
+	// KIP-890 verification, as a partition leader asks it before a first transactional write.
+	vr := kmsg.NewPtrAddPartitionsToTxnRequest()
+	vr.Version = 5
+	vt := kmsg.NewAddPartitionsToTxnRequestTransaction()
+	vt.TransactionalID, vt.ProducerID, vt.ProducerEpoch, vt.VerifyOnly = tid, pid, epoch, true
+	vt.Topics = []kmsg.AddPartitionsToTxnRequestTransactionTopic{{Topic: topic, Partitions: []int32{p2}}}
+	vr.Transactions = []kmsg.AddPartitionsToTxnRequestTransaction{vt}
+	if r := fxRoundTrip[*kmsg.AddPartitionsToTxnResponse](t, rc, vr); r.ErrorCode != 0 ||
+		r.Transactions[0].Topics[0].Partitions[0].ErrorCode != codec.CodeConcurrentTransactions {
+		t.Fatalf("verification while the markers are pending: top-level %v, partition %v; want 51 on the partition",
+			kerr.ErrorForCode(r.ErrorCode), kerr.ErrorForCode(r.Transactions[0].Topics[0].Partitions[0].ErrorCode))
 	}
 	ip := kmsg.NewPtrInitProducerIDRequest()
 	ip.Version = 4

@@ -245,3 +245,53 @@ func TestPrepareSeqSurvivesRestart(t *testing.T) {
 		t.Fatalf("next prepare seq %d, want above %d", next, seq)
 	}
 }
+
+// TestStaleSlotCheckpointFailureKeepsItUnserved: if the stale slot's checkpoint cannot be
+// written, the slot is still never served again; the agent's release fails (and is retried by
+// the agent) until the checkpoint can be written, and then unloads it.
+func TestStaleSlotCheckpointFailureKeepsItUnserved(t *testing.T) {
+	dir := t.TempDir()
+	tc, _ := clusterCoord(t, dir, 1, "a", nil)
+	slot := SlotFor("stale-ck")
+	if err := tc.load(t, slot, 3); err != nil {
+		t.Fatal(err)
+	}
+	pid, epoch := tc.begin(t, "stale-ck", "", tps("t", 0)...)
+	ckpt := SlotCheckpointName(slot, 3)
+	tc.fs.setFail(func(path string) error {
+		if filepath.Base(path) == ckpt+".tmp" || filepath.Base(path) == ckpt {
+			return errors.New("injected slot file write failure")
+		}
+		return nil
+	})
+	ans := tc.endAsync("stale-ck", pid, epoch, true)
+	tc.parts.nextCall(t).answer(codec.CodeTransactionCoordinatorFenced)
+	if a := waitAnswer(t, ans); a.res.Code != codec.CodeCoordinatorNotAvailable {
+		t.Fatalf("EndTxn: %+v", a)
+	}
+	waitFor(t, "the slot stops being served", func() bool { return !tc.Owns("stale-ck") })
+	tc.barrier(t)
+	if st := slotStatus(tc.status[slot].Load()); st != slotReleasing {
+		t.Fatalf("stale slot with a failed checkpoint: status %d, want releasing", st)
+	}
+	if _, err := call(t, func(d func(DescribeResult, error)) { tc.Describe("stale-ck", d) }); ErrorCode(err) != codec.CodeNotCoordinator {
+		t.Fatalf("op on the stale slot: %v", err)
+	}
+	if err := tc.release(t, slot); err == nil {
+		t.Fatal("release succeeded although the checkpoint cannot be written")
+	}
+	if tc.Owns("stale-ck") || slotStatus(tc.status[slot].Load()) != slotReleasing {
+		t.Fatal("stale slot served again after a failed release")
+	}
+	tc.fs.setFail(nil)
+	if err := tc.release(t, slot); err != nil {
+		t.Fatalf("release once the checkpoint can be written: %v", err)
+	}
+	if st := slotStatus(tc.status[slot].Load()); st != slotUnloaded {
+		t.Fatalf("status after the release: %d, want unloaded", st)
+	}
+	ls, err := readSlotPath(filepath.Join(dir, StateDir, ckpt), slot)
+	if err != nil || ls.entries["stale-ck"] == nil || ls.entries["stale-ck"].State != PrepareCommit {
+		t.Fatalf("checkpoint after the release: %+v %v", ls, err)
+	}
+}

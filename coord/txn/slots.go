@@ -316,12 +316,16 @@ func (w *worker) finishRelease(slot int) {
 	waiters := ss.releaseDone
 	ss.releaseDone = nil
 	if len(res.failed) > 0 && ss.stale {
-		// Never served again; the checkpoint is retried after the next batch (the journal still
-		// holds everything meanwhile, and no generation is deleted before a checkpoint covers it).
+		// Never served again (it stays releasing, in memory): the next periodic checkpoint
+		// includes it, the journal holds everything meanwhile (no generation is deleted before a
+		// checkpoint covers it), and the agent's release, which precedes any new load, retries
+		// the unload.
 		w.unck[slot] = true
-		w.releasing[slot] = struct{}{}
-		ss.releaseDone = waiters
-		c.log.Error("cannot checkpoint stale transaction slot; retrying", zap.Int("slot", slot))
+		err := fmt.Errorf("cannot unload stale transaction slot %d: its checkpoint failed", slot)
+		c.log.Error("cannot checkpoint stale transaction slot", zap.Int("slot", slot), zap.Error(err))
+		for _, d := range waiters {
+			d(err)
+		}
 		return
 	}
 	if len(res.failed) > 0 {
