@@ -675,8 +675,9 @@ func (c *Coordinator) AddOffsets(p AddOffsetsParams, done func(AddOffsetsResult,
 // completion, Complete* durable — and only then done, with NONE (plus, for v5, the producer's
 // next id and epoch). Unlike Apache, which answers once the prepare is logged, the answer waits
 // for completion, so when commitTransaction() returns read_committed consumers already see the
-// data and the committed offsets are fetchable. A dispatch that fails, or that is not done within
-// Config.EndTxnMarkerWait (the sending goes on), answers the retriable COORDINATOR_NOT_AVAILABLE; the transaction stays prepared and is re-driven (a retry in the
+// data and the committed offsets are fetchable. A dispatch that fails, or that is not done
+// within Config.EndTxnMarkerWait (the sending goes on), answers the retriable
+// COORDINATOR_NOT_AVAILABLE; the transaction stays prepared and is re-driven (a retry in the
 // same direction answers CONCURRENT_TRANSACTIONS while that is in flight, then NONE). The
 // result's Action is always zero.
 func (c *Coordinator) EndTxn(p EndTxnParams, done func(EndTxnResult, error)) {
