@@ -295,3 +295,31 @@ func TestStaleSlotCheckpointFailureKeepsItUnserved(t *testing.T) {
 		t.Fatalf("checkpoint after the release: %+v %v", ls, err)
 	}
 }
+
+// TestEndTxnV5AnswersAfterWaitThenRetrySucceeds: under TV2 the retry carries the epoch the
+// client sent (the prepare bumped the stored one): 51 while the markers are pending, then NONE
+// with the producer's next epoch once Complete* is durable.
+func TestEndTxnV5AnswersAfterWaitThenRetrySucceeds(t *testing.T) {
+	tc, _ := startCoord(t, t.TempDir(), func(c *Config) { c.EndTxnMarkerWait = 50 * time.Millisecond })
+	pid, epoch := tc.begin(t, "v5w", "", tps("t", 0)...)
+	end := EndTxnParams{TransactionalID: "v5w", ProducerID: pid, ProducerEpoch: epoch, Commit: true, Version: 5}
+	ans := make(chan endAnswer, 2)
+	tc.EndTxn(end, func(res EndTxnResult, err error) { ans <- endAnswer{res, err} })
+	held := tc.parts.nextCall(t)
+	if a := waitAnswer(t, ans); a.err != nil || a.res.Code != codec.CodeCoordinatorNotAvailable || a.res.ProducerEpoch != NoProducerEpoch {
+		t.Fatalf("EndTxn v5 past the wait: %+v, want 15 without a next epoch", a)
+	}
+	if r, err := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) }); err != nil || r.Code != codec.CodeConcurrentTransactions {
+		t.Fatalf("retry while pending: %+v %v, want 51", r, err)
+	}
+	held.answer(codec.CodeNone)
+	waitFor(t, "Complete*", func() bool { return tc.describe(t, "v5w").State == "CompleteCommit" })
+	r, err := call(t, func(d func(EndTxnResult, error)) { tc.EndTxn(end, d) })
+	if err != nil || r.Code != codec.CodeNone || r.ProducerID != pid || r.ProducerEpoch != epoch+1 {
+		t.Fatalf("retry after Complete*: %+v %v, want NONE with epoch %d", r, err, epoch+1)
+	}
+	tc.barrier(t)
+	if len(ans) != 0 {
+		t.Fatalf("first waiter answered twice: %+v", <-ans)
+	}
+}
