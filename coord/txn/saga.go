@@ -177,11 +177,13 @@ func (w *worker) prepareSeq(m *Markers) uint64 {
 // untouched: its entry keeps the pending flag, so the retry answers 51 until Complete* (see
 // Config.EndTxnMarkerWait), and its late answer is dropped here. One runtime timer per waiting
 // EndTxn, stopped when the saga answers, so a completed saga leaves no timer behind (cost:
-// BenchmarkEndTxnBoundedWait).
+// BenchmarkEndTxnBoundedWait). A timer that fires after Close answers nothing: the coordinator
+// is gone (its writer answers the sagas it still held when it closed), and so is the server the
+// waiter would answer through.
 func (c *Coordinator) boundedWait(tid string, done func(code int16)) func(code int16) {
 	var answered atomic.Bool
 	t := time.AfterFunc(c.cfg.EndTxnMarkerWait, func() {
-		if answered.CompareAndSwap(false, true) {
+		if c.running.Load() && answered.CompareAndSwap(false, true) {
 			mEndTxnWaitExpired.Inc()
 			c.log.Warn("transaction markers not done in time; EndTxn answers COORDINATOR_NOT_AVAILABLE and the markers are still being written",
 				zap.String("transactionalId", tid), zap.Duration("waited", c.cfg.EndTxnMarkerWait))

@@ -323,3 +323,22 @@ func TestEndTxnV5AnswersAfterWaitThenRetrySucceeds(t *testing.T) {
 		t.Fatalf("first waiter answered twice: %+v", <-ans)
 	}
 }
+
+// TestEndTxnWaitAfterCloseAnswersNothing: a waiter whose markers are still out when the
+// coordinator closes is not answered by its timer afterwards (the server it would answer
+// through is gone too).
+func TestEndTxnWaitAfterCloseAnswersNothing(t *testing.T) {
+	const wait = 30 * time.Millisecond
+	tc, _ := startCoord(t, t.TempDir(), func(c *Config) { c.EndTxnMarkerWait = wait })
+	pid, epoch := tc.begin(t, "closed", "", tps("t", 0)...)
+	ans := tc.endAsync("closed", pid, epoch, true)
+	tc.parts.nextCall(t) // held: never answered
+	tc.Close()
+	// Well past the wait: the timer has fired by now.
+	<-time.After(10 * wait)
+	select {
+	case a := <-ans:
+		t.Fatalf("EndTxn answered after Close: %+v", a)
+	default:
+	}
+}
