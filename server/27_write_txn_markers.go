@@ -26,10 +26,18 @@ package server
 //     the same epoch and coordinator epoch is not written again (a resend after a lost answer:
 //     AppendMarker answers the first one's offset); otherwise a marker with no ongoing
 //     transaction is written and closes nothing, as in Apache.
+//   - A kaas coordinator adds the tagged field tagMarkerPrepareSeq to each marker: the sequence of
+//     the prepare it ends (design/cluster.md §4). A marker of the same producer epoch and
+//     coordinator epoch whose sequence is not above the last one applied for the producer here is
+//     a late copy of an applied marker: answered NONE, not written, even though the producer's
+//     next transaction (same epoch under TV1) may be ongoing here by now and would otherwise be
+//     closed by it (storage.Partition.AppendMarkerSeq). A request without the tag (an Apache
+//     coordinator, kafka-transactions.sh abort) is served by the rules above alone.
 //
 // Version notes: v1 flexible. (v2, KIP-1228, TransactionVersion per marker, is not served.)
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -39,6 +47,31 @@ import (
 )
 
 func init() { register(kmsg.WriteTxnMarkers, 0, 1, handleWriteTxnMarkers) }
+
+// tagMarkerPrepareSeq is the tagged field (WriteTxnMarkers v1+, per marker) carrying the
+// coordinator's prepare sequence of the transaction the marker ends, eight bytes big-endian.
+// Apache defines no tagged field on a marker (and ignores unknown ones); the number is far from
+// the low ones Apache hands out, next to tagTxnOffsetCommitVersion.
+const tagMarkerPrepareSeq = 0x6b62
+
+// setMarkerPrepareSeq adds the tag to m (nothing for 0: unknown).
+func setMarkerPrepareSeq(m *kmsg.WriteTxnMarkersRequestMarker, seq uint64) {
+	if seq == 0 {
+		return
+	}
+	m.UnknownTags.Set(tagMarkerPrepareSeq, binary.BigEndian.AppendUint64(nil, seq))
+}
+
+// markerPrepareSeq reads the tag (0: absent or malformed, the untagged rules apply).
+func markerPrepareSeq(m *kmsg.WriteTxnMarkersRequestMarker) uint64 {
+	var seq uint64
+	m.UnknownTags.Each(func(key uint32, val []byte) {
+		if key == tagMarkerPrepareSeq && len(val) == 8 {
+			seq = binary.BigEndian.Uint64(val)
+		}
+	})
+	return seq
+}
 
 func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.WriteTxnMarkersRequest)
@@ -110,7 +143,7 @@ func handleWriteTxnMarkers(rc *reqCtx) (kmsg.Response, error) {
 					continue
 				}
 				enqueueMarker(lp.p, markerItem{pid: m.ProducerID, epoch: m.ProducerEpoch, commit: m.Committed,
-					coordinatorEpoch: m.CoordinatorEpoch, done: answer})
+					coordinatorEpoch: m.CoordinatorEpoch, prepareSeq: markerPrepareSeq(m), done: answer})
 			}
 		}
 	}

@@ -66,6 +66,11 @@ type BrokerOptions struct {
 	// restarts the broker as a new incarnation. In-process tests pass a hook that crashes the
 	// broker instead.
 	FailStop func(reason string)
+	// EndTxnMarkerWait is how long EndTxn waits for its markers before it answers the retriable
+	// COORDINATOR_NOT_AVAILABLE while they are still being written (txn.Config.EndTxnMarkerWait;
+	// 0: its default, 20 s). Apache has no such setting, so it is no broker config key; tests
+	// shorten it.
+	EndTxnMarkerWait time.Duration
 }
 
 // StartBroker opens the data directory and starts serving. Any subsystem that cannot open its
@@ -228,6 +233,8 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		Groups:         groups,
 		IDExpiration:   cfg.TransactionalIDExpiration,
 		Logger:         log.Named("txn"),
+
+		EndTxnMarkerWait: opts.EndTxnMarkerWait,
 	}); err != nil {
 		return nil, fmt.Errorf("cannot start transaction coordinator (refusing to start): %w", err)
 	}

@@ -168,7 +168,7 @@ func (w *MarkerWriter) WriteMarkers(batch []txn.MarkerRequest, done func([]txn.M
 		}
 		p := lp.p
 		enqueueMarker(p, markerItem{pid: m.ProducerID, epoch: m.ProducerEpoch, commit: m.Commit,
-			coordinatorEpoch: m.CoordinatorEpoch, done: func(code int16) {
+			coordinatorEpoch: m.CoordinatorEpoch, prepareSeq: m.PrepareSeq, done: func(code int16) {
 				res[i].Code = code
 				finish()
 			}})
@@ -299,6 +299,7 @@ type markerItem struct {
 	epoch            int16
 	commit           bool
 	coordinatorEpoch int32
+	prepareSeq       uint64           // the coordinator's prepare sequence (0: not given)
 	done             func(code int16) // NONE once durable; called once
 }
 
@@ -339,7 +340,7 @@ func writeMarkerBatch(batch []markerJob) {
 		end := int64(-1)
 		var written []markerItem
 		for _, it := range per[p] {
-			res := p.AppendMarker(it.pid, it.epoch, it.commit, it.coordinatorEpoch, now)
+			res := p.AppendMarkerSeq(it.pid, it.epoch, it.commit, it.coordinatorEpoch, it.prepareSeq, now)
 			if res.Code != codec.CodeNone {
 				it.done(res.Code)
 				continue

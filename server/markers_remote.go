@@ -27,8 +27,9 @@ package server
 //
 // A marker leaves only on success, on its topic's deletion, or with a code no resend can change.
 // Resends are safe: a marker for a transaction the partition has already closed is not written
-// again (storage.Partition.AppendMarker), and completing a group's staged offsets twice commits
-// nothing the second time.
+// again (storage.Partition.AppendMarker), nor is a late copy once the producer's next transaction
+// has started there, since each marker carries its prepare's sequence (tagMarkerPrepareSeq,
+// AppendMarkerSeq), and completing a group's staged offsets twice commits nothing the second time.
 //
 // Lock order: ClusterMarkerWriter.mu and markerPeer.mu are leaves (never held together), and
 // neither is held while calling out (local writer, group coordinator, kgo, done callbacks).
@@ -271,9 +272,10 @@ func (w *ClusterMarkerWriter) settle(m *remoteMarker, o topology.Owner, code int
 		codec.CodeFencedLeaderEpoch, codec.CodeUnknownLeaderEpoch:
 		w.retry(m, o)
 	default:
-		// 52: a newer coordinator of the slot wrote on that partition, this one is stale; 47: the
-		// producer moved to a newer epoch. No resend can change either: the saga fails and leaves
-		// the entry prepared for whoever owns the slot now.
+		// 52: a newer coordinator of the slot wrote on that partition, this one is stale (the
+		// coordinator unloads the slot: txn.Coordinator.staleSlot); 47: the producer moved to a
+		// newer epoch. No resend can change either: the saga fails and leaves the entry prepared
+		// for whoever owns the slot now.
 		mMarkerFailed.Inc()
 		w.log.Warn("transaction marker refused", zap.String("topic", m.req.Topic), zap.Int32("partition", m.req.Partition),
 			zap.Int64("producerId", m.req.ProducerID), zap.Int16("producerEpoch", m.req.ProducerEpoch),
@@ -475,6 +477,7 @@ type markerKey struct {
 	epoch      int16
 	commit     bool
 	coordEpoch int32
+	prepareSeq uint64
 }
 
 // send builds one WriteTxnMarkers v1 for batch, sends it and settles every marker.
@@ -496,7 +499,7 @@ func (p *markerPeer) send(batch []queuedMarker) {
 	var deferred []queuedMarker
 	for _, qm := range batch {
 		r := &qm.m.req
-		k := markerKey{r.ProducerID, r.ProducerEpoch, r.Commit, r.CoordinatorEpoch}
+		k := markerKey{r.ProducerID, r.ProducerEpoch, r.Commit, r.CoordinatorEpoch, r.PrepareSeq}
 		if prev, ok := byPID[r.ProducerID]; ok && prev != k {
 			deferred = append(deferred, qm)
 			continue
@@ -514,6 +517,7 @@ func (p *markerPeer) send(batch []queuedMarker) {
 			entries[k] = mi
 			e := kmsg.NewWriteTxnMarkersRequestMarker()
 			e.ProducerID, e.ProducerEpoch, e.Committed, e.CoordinatorEpoch = k.pid, k.epoch, k.commit, k.coordEpoch
+			setMarkerPrepareSeq(&e, k.prepareSeq) // the leader's dedup of late copies
 			req.Markers = append(req.Markers, e)
 			topicAt[mi] = map[string]int{}
 		}

@@ -794,7 +794,7 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 	}
 	p.closed = false
 	for _, b := range salvage {
-		res := p.append(b, time.Now().UnixMilli(), kindReplay, 0, 0)
+		res := p.append(b, time.Now().UnixMilli(), kindReplay, 0, markerArgs{})
 		if res.Code != codec.CodeNone {
 			return fmt.Errorf("cannot append salvaged batch at offset %d: code %d", b.BaseOffset(), res.Code)
 		}

@@ -505,14 +505,14 @@ func (p *Partition) createSegment(base int64) (*segment, error) {
 // a verification guard). A non-transactional batch from a producer with an ongoing transaction
 // here gets INVALID_TXN_STATE (Apache).
 func (p *Partition) Append(b codec.Batch, nowMs int64) AppendResult {
-	return p.append(b, nowMs, kindClient, 0, 0)
+	return p.append(b, nowMs, kindClient, 0, markerArgs{})
 }
 
 // AppendControl appends a broker-built batch without any check. A COMMIT/ABORT control batch has
 // the full effect of a marker on the producer state (epoch, closing the transaction, aborted
 // index), but without AppendMarker's fencing checks: transaction code must use AppendMarker.
 func (p *Partition) AppendControl(b codec.Batch, nowMs int64) AppendResult {
-	return p.append(b, nowMs, kindControl, 0, 0)
+	return p.append(b, nowMs, kindControl, 0, markerArgs{})
 }
 
 // Kinds of append.
@@ -523,7 +523,14 @@ const (
 	kindReplay         // WAL recovery: a batch that was acknowledged before, written as it is
 )
 
-func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, coordEpoch int32) AppendResult {
+// markerArgs are AppendMarker's checks' inputs: the marker's coordinator epoch and prepare
+// sequence (0: none given).
+type markerArgs struct {
+	coordEpoch int32
+	prepareSeq uint64
+}
+
+func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, mk markerArgs) AppendResult {
 	res := AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 	cfg := p.config()
 	p.mu.Lock()
@@ -573,12 +580,12 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 		return res
 	}
 	if kind == kindMarker {
-		if code := p.checkMarkerLocked(b.ProducerID(), b.ProducerEpoch(), coordEpoch); code != codec.CodeNone {
+		if code := p.checkMarkerLocked(b.ProducerID(), b.ProducerEpoch(), mk.coordEpoch); code != codec.CodeNone {
 			p.mu.Unlock()
 			res.Code = code
 			return res
 		}
-		if p.resentMarkerLocked(b.ProducerID(), b.ProducerEpoch(), coordEpoch, nowMs) {
+		if p.resentMarkerLocked(b.ProducerID(), b.ProducerEpoch(), mk, nowMs) {
 			// Nothing to write; the caller's Sync to the log end covers the first copy.
 			res.BaseOffset, res.LastOffset, res.Duplicate = p.leoLocal-1, p.leoLocal-1, true
 			p.mu.Unlock()
@@ -620,7 +627,7 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 			// The roll released mu: a fence or a marker may have changed what the checks
 			// above decided, so the append starts over (into the new, empty segment).
 			p.mu.Unlock()
-			return p.append(b, nowMs, kind, guard, coordEpoch)
+			return p.append(b, nowMs, kind, guard, mk)
 		}
 	}
 	b.SetBaseOffset(base)
@@ -651,8 +658,13 @@ func (p *Partition) append(b codec.Batch, nowMs int64, kind int, guard uint64, c
 	pid := b.ProducerID()
 	_, known := p.producers.m[pid]
 	p.applyTxnEventLocked(p.producers.record(b), b.BaseOffset())
-	if e := p.producers.m[pid]; e != nil && nowMs > e.touchMs {
-		e.touchMs = nowMs
+	if e := p.producers.m[pid]; e != nil {
+		if nowMs > e.touchMs {
+			e.touchMs = nowMs
+		}
+		if kind == kindMarker && mk.prepareSeq > e.prepareSeq {
+			e.prepareSeq = mk.prepareSeq
+		}
 	}
 	if !known && pid >= 0 {
 		p.trackPIDLocked(pid)

@@ -58,6 +58,9 @@ type producerEntry struct {
 	// none). txn is set by the first transactional data batch and cleared by the next marker.
 	coordEpoch int32
 	txn        *txnSpan
+	// prepareSeq is the highest prepare sequence of a marker applied for the producer here
+	// (AppendMarkerSeq; 0: none since this partition was opened). In memory only.
+	prepareSeq uint64
 }
 
 func (e *producerEntry) newest() *batchMeta {

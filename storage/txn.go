@@ -296,7 +296,7 @@ func (p *Partition) VerificationGuard(pid int64, epoch int16) (guard uint64, ong
 // check of Append applies, the epoch check first (KAFKA-19690: a stale epoch gets 47, not 48).
 // The first transactional batch opens the transaction (its offset pins the LSO).
 func (p *Partition) AppendTxn(b codec.Batch, nowMs int64, guard uint64) AppendResult {
-	return p.append(b, nowMs, kindClient, guard, 0)
+	return p.append(b, nowMs, kindClient, guard, markerArgs{})
 }
 
 // AppendMarker writes a COMMIT or ABORT marker for pid and closes the producer's ongoing
@@ -310,9 +310,28 @@ func (p *Partition) AppendTxn(b codec.Batch, nowMs int64, guard uint64) AppendRe
 // aborted entry. Durability: the caller waits on Sync(res.LastOffset+1, ...); the LSO moves past
 // the transaction only once the marker is durable.
 func (p *Partition) AppendMarker(pid int64, epoch int16, commit bool, coordinatorEpoch int32, nowMs int64) AppendResult {
+	return p.AppendMarkerSeq(pid, epoch, commit, coordinatorEpoch, 0, nowMs)
+}
+
+// AppendMarkerSeq is AppendMarker for a marker that names the prepared transaction it ends:
+// prepareSeq, the coordinator's sequence of that prepare (unique and increasing per
+// transactional id; 0 = not given, AppendMarker's rules alone). A marker whose (pid, epoch,
+// coordinatorEpoch) match the producer here and whose prepareSeq is not above the last one
+// written for it is a resend of a marker already applied: it is answered like any resend
+// (Duplicate, at the log end) and not written, even if the producer's next transaction of the same
+// epoch (TV1) is ongoing here by now. Without the sequence such a late copy, queued here while
+// the coordinator's retry after a timeout landed and the producer moved on, would close that next
+// transaction's records with the wrong result.
+//
+// The last sequence lives in the producer's in-memory state only (not in snapshots): a late copy
+// is a request queued in this process, addressed to this leader at this epoch, so it cannot
+// outlive the process or a leadership change (a request that reaches a broker that no longer leads
+// the partition gets NOT_LEADER). After a restart or a takeover AppendMarker's rule applies until
+// the next sequenced marker, and no late copy can arrive from before it.
+func (p *Partition) AppendMarkerSeq(pid int64, epoch int16, commit bool, coordinatorEpoch int32, prepareSeq uint64, nowMs int64) AppendResult {
 	var buf [128]byte
 	b := codec.Batch(codec.AppendControlBatch(buf[:0], pid, epoch, commit, coordinatorEpoch, nowMs))
-	return p.append(b, nowMs, kindMarker, 0, coordinatorEpoch)
+	return p.append(b, nowMs, kindMarker, 0, markerArgs{coordEpoch: coordinatorEpoch, prepareSeq: prepareSeq})
 }
 
 // checkMarkerLocked applies AppendMarker's fencing checks.
@@ -340,9 +359,23 @@ func (p *Partition) checkMarkerLocked(pid int64, epoch int16, coordEpoch int32) 
 // request that timed out is sent again), and it is not written a second time. The verification
 // guard is dropped as a written marker would drop it, so a late first write of the ended
 // transaction still needs a fresh verification.
-func (p *Partition) resentMarkerLocked(pid int64, epoch int16, coordEpoch int32, nowMs int64) bool {
+//
+// With a prepare sequence (AppendMarkerSeq), a marker of the same epochs whose sequence is not
+// above the last one written for the producer is a resend too, whether or not a transaction is
+// ongoing: the ongoing one is the next transaction, not the one this marker ends.
+func (p *Partition) resentMarkerLocked(pid int64, epoch int16, mk markerArgs, nowMs int64) bool {
 	e := p.producers.m[pid]
-	if e == nil || e.txn != nil || e.epoch != epoch || coordEpoch < 0 || e.coordEpoch != coordEpoch {
+	if e == nil || e.epoch != epoch || mk.coordEpoch < 0 || e.coordEpoch != mk.coordEpoch {
+		return false
+	}
+	if mk.prepareSeq > e.prepareSeq {
+		// A transaction after the last sequenced one: not a resend of it. With no transaction
+		// ongoing here it still closes nothing; remember its sequence, as a written one would.
+		if e.txn != nil {
+			return false
+		}
+		e.prepareSeq = mk.prepareSeq
+	} else if mk.prepareSeq == 0 && e.txn != nil {
 		return false
 	}
 	delete(p.producers.guards, pid)

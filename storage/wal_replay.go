@@ -250,7 +250,7 @@ func (s *Store) replayRecord(r *walRecord, seq uint64, pos int, replayed map[*Pa
 		return false, fmt.Errorf("cannot replay write-ahead log (%s-%d): record at offset %d but the log ends at %d: acknowledged records are missing (refusing to start)",
 			t.Name, r.partition, r.base, leo)
 	}
-	res := p.append(b, time.Now().UnixMilli(), kindReplay, 0, 0)
+	res := p.append(b, time.Now().UnixMilli(), kindReplay, 0, markerArgs{})
 	if res.Code != codec.CodeNone || res.BaseOffset != r.base {
 		return false, fmt.Errorf("cannot replay write-ahead log (%s-%d): append at offset %d failed with code %d",
 			t.Name, r.partition, r.base, res.Code)

@@ -62,6 +62,9 @@ type pendingRec struct {
 	tid   string
 	entry *Entry
 	seq   uint64
+	// prepare: the record starts a prepared transaction (startsPrepare); its seq becomes the
+	// entry's PrepareSeq once durable.
+	prepare bool
 }
 
 // appendBatch writes the batch's records to the current generation with one write and makes

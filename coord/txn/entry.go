@@ -49,6 +49,14 @@ type Entry struct {
 	// CoordinatorEpoch is the slot's coordinator epoch as of the last load; markers carry it so a
 	// partition leader can reject markers from a deposed coordinator incarnation.
 	CoordinatorEpoch int32 `json:"coordinatorEpoch"`
+	// PrepareSeq is the slot's journal sequence of the record that last made the entry Prepare*
+	// (kept through Complete*, 0 if never known): unique per prepared transaction of the id and
+	// increasing, since a slot's seq only grows across generations, checkpoints, restarts and
+	// holders, and a seq a marker carried was durable and so is never handed out again. Markers
+	// carry it (MarkerRequest.PrepareSeq) so a leader tells a late resend from the next
+	// transaction of the same producer epoch (TV1). Not a field of the journal record: replay
+	// derives it from the record's seq (startsPrepare); the slot file stores it.
+	PrepareSeq uint64 `json:"prepareSeq,omitempty"`
 
 	// pending is in memory only: markers for this Prepare* entry are being written right now (the
 	// Prepare → Complete transition is in flight). Conflicting operations answer
@@ -137,6 +145,13 @@ func (e *Entry) partitionList() []TopicPartitions {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
 	return out
+}
+
+// startsPrepare reports whether next, replacing prev (the durable entry before it), is a new
+// prepared transaction, whose journal record's seq becomes its PrepareSeq.
+func startsPrepare(prev, next *Entry) bool {
+	return next != nil && next.State.IsPrepare() && (prev == nil || !prev.State.IsPrepare() ||
+		prev.ProducerID != next.ProducerID || prev.ProducerEpoch != next.ProducerEpoch)
 }
 
 // persistedEqual reports whether a and b have the same persisted fields (pending is ignored):

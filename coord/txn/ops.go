@@ -94,8 +94,11 @@ type Markers struct {
 	Commit           bool
 	CoordinatorEpoch int32
 	TxnVersion       int8
-	Partitions       []TopicPartitions
-	Groups           []string
+	// PrepareSeq is the prepared entry's Entry.PrepareSeq, filled in when the saga starts (the
+	// journal assigns it when the prepare is appended, after the op that built these Markers).
+	PrepareSeq uint64
+	Partitions []TopicPartitions
+	Groups     []string
 }
 
 // Action is the follow-up work of an operation, carried out by the coordinator's saga (saga.go).

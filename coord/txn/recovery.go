@@ -196,6 +196,13 @@ func (c *Coordinator) replayJournals(states *[NumSlots]*slotState, readOnly bool
 			if r.entry == nil {
 				delete(ss.entries, r.tid)
 			} else {
+				// PrepareSeq is not in the record: the record that starts a prepare gives it its
+				// seq, as the writer did; any later record of the same prepare keeps it.
+				if prev := ss.entries[r.tid]; startsPrepare(prev, r.entry) {
+					r.entry.PrepareSeq = r.seq
+				} else if prev != nil {
+					r.entry.PrepareSeq = prev.PrepareSeq
+				}
 				ss.entries[r.tid] = r.entry
 			}
 			ss.seq = r.seq

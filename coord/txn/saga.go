@@ -21,6 +21,8 @@ package txn
 //	             │    │ anything else ──► markersFailed: pending = false, the entry stays
 //	             │    │                   Prepare* (reaper tick or client retry re-drives;
 //	             │    │                   a retry while pending answers 51); EndTxn ← 15
+//	             │    │ 52 (cluster) ───► as above, and the slot is stale: unloaded (staleSlot)
+//	             │    EndTxnMarkerWait passed first: EndTxn ← 15 at once, the saga goes on
 //	             ▼
 //	 GroupCompleter.CompleteTxnOffsets(each group of the transaction)   (durable; error → as above)
 //	       │
@@ -46,6 +48,7 @@ import (
 	"cmp"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
@@ -58,7 +61,12 @@ var (
 	mSagaFailures   = metrics.NewCounter("kaas_txn_marker_dispatch_failures_total")
 	mMarkersDropped = metrics.NewCounter("kaas_txn_markers_skipped_total") // deleted topic / partition
 	mFenceFailures  = metrics.NewCounter("kaas_txn_fence_failures_total")
+	// EndTxn answered 15 because its markers were not done within EndTxnMarkerWait.
+	mEndTxnWaitExpired = metrics.NewCounter("kaas_txn_endtxn_marker_wait_expired_total")
 )
+
+// DefaultEndTxnMarkerWait is Config.EndTxnMarkerWait's default (design/cluster.md §4).
+const DefaultEndTxnMarkerWait = 20 * time.Second
 
 // MarkerRequest is one COMMIT/ABORT control batch to write on one partition.
 type MarkerRequest struct {
@@ -70,6 +78,12 @@ type MarkerRequest struct {
 	Commit           bool
 	CoordinatorEpoch int32
 	TxnVersion       int8
+	// PrepareSeq identifies the prepared transaction the marker ends: the journal sequence of the
+	// record that made the entry Prepare* (Entry.PrepareSeq; 0 if unknown). A leader that has
+	// already written the marker of (ProducerID, ProducerEpoch, PrepareSeq) answers a resend NONE
+	// without writing it again, even after the producer's next transaction (same epoch under TV1)
+	// has started on the partition.
+	PrepareSeq uint64
 }
 
 // MarkerResult is the outcome of one MarkerRequest: NONE once the marker is durable;
@@ -135,7 +149,53 @@ func (w *worker) startSaga(a Action, fenced func(error), done func(int16)) {
 		}
 		return
 	}
+	if m := a.Markers; m != nil {
+		m.PrepareSeq = w.prepareSeq(m)
+	}
 	w.outbox = append(w.outbox, &saga{act: a, fenced: fenced, done: done})
+}
+
+// prepareSeq is the PrepareSeq of the prepared entry m ends, read on the worker after the
+// batch that prepared it was journaled (the sequence is assigned by the journal append); 0 when
+// the entry is not that prepared transaction any more.
+func (w *worker) prepareSeq(m *Markers) uint64 {
+	ss := w.slots[SlotFor(m.TransactionalID)]
+	if ss == nil {
+		return 0
+	}
+	e := ss.entries[m.TransactionalID]
+	if e == nil || !e.State.IsPrepare() || (e.State == PrepareCommit) != m.Commit ||
+		e.ProducerID != m.ProducerID || e.ProducerEpoch != m.ProducerEpoch {
+		return 0
+	}
+	return e.PrepareSeq
+}
+
+// boundedWait wraps an EndTxn waiter so that it runs exactly once: with the saga's own answer,
+// or with COORDINATOR_NOT_AVAILABLE once Config.EndTxnMarkerWait has passed (design/cluster.md §4:
+// markers not done after 20 s → EndTxn answers 15 and the sending goes on). The saga itself is
+// untouched: its entry keeps the pending flag, so the retry answers 51 until Complete* (see
+// Config.EndTxnMarkerWait), and its late answer is dropped here. One runtime timer per waiting
+// EndTxn, stopped when the saga answers, so a completed saga leaves no timer behind (cost:
+// BenchmarkEndTxnBoundedWait). A timer that fires after Close answers nothing: the coordinator
+// is gone (its writer answers the sagas it still held when it closed), and so is the server the
+// waiter would answer through.
+func (c *Coordinator) boundedWait(tid string, done func(code int16)) func(code int16) {
+	var answered atomic.Bool
+	t := time.AfterFunc(c.cfg.EndTxnMarkerWait, func() {
+		if c.running.Load() && answered.CompareAndSwap(false, true) {
+			mEndTxnWaitExpired.Inc()
+			c.log.Warn("transaction markers not done in time; EndTxn answers COORDINATOR_NOT_AVAILABLE and the markers are still being written",
+				zap.String("transactionalId", tid), zap.Duration("waited", c.cfg.EndTxnMarkerWait))
+			done(codec.CodeCoordinatorNotAvailable)
+		}
+	})
+	return func(code int16) {
+		if answered.CompareAndSwap(false, true) {
+			t.Stop()
+			done(code)
+		}
+	}
 }
 
 // dispatchOutbox sends the fences and then the markers of every saga started since the last
@@ -206,7 +266,7 @@ func (c *Coordinator) writeMarkers(sagas []*saga) {
 			for _, p := range tp.Partitions {
 				sorted = append(sorted, MarkerRequest{TransactionalID: m.TransactionalID, Topic: tp.Topic, Partition: p,
 					ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: m.Commit,
-					CoordinatorEpoch: m.CoordinatorEpoch, TxnVersion: m.TxnVersion})
+					CoordinatorEpoch: m.CoordinatorEpoch, TxnVersion: m.TxnVersion, PrepareSeq: m.PrepareSeq})
 				sortedOwner = append(sortedOwner, s)
 			}
 		}
@@ -247,6 +307,10 @@ func (c *Coordinator) writeMarkers(sagas []*saga) {
 				c.log.Info("dropping transaction marker for unknown partition", zap.String("transactionalId", r.TransactionalID),
 					zap.String("topic", r.Topic), zap.Int32("partition", r.Partition))
 			default:
+				if code == codec.CodeTransactionCoordinatorFenced {
+					// A newer coordinator of the slot wrote on that partition: stop serving it.
+					c.staleSlot(SlotFor(r.TransactionalID), r.CoordinatorEpoch)
+				}
 				if s := sortedOwner[k]; !s.failed {
 					s.failed = true
 					c.log.Warn("transaction marker write failed; the transaction stays prepared and is re-driven",

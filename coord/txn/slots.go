@@ -36,8 +36,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 )
+
+// mStaleSlots counts slots unloaded because a leader answered 52 to one of their markers.
+var mStaleSlots = metrics.NewCounter("kaas_txn_stale_slots_total")
 
 type slotStatus int32
 
@@ -77,6 +81,11 @@ func (c *Coordinator) LoadSlot(slot int, epoch int32, done func(error)) {
 			return
 		case slotLoading, slotReleasing:
 			done(ErrSlotBusy)
+			return
+		}
+		if below := c.staleBelow[slot].Load(); epoch < below {
+			done(fmt.Errorf("cannot load transaction slot %d at epoch %d: it was found stale at epoch %d: %w",
+				slot, epoch, below-1, ErrSlotFenced))
 			return
 		}
 		c.status[slot].Store(int32(slotLoading))
@@ -292,9 +301,11 @@ func (w *worker) finishRelease(slot int) {
 		ss.releaseDone = nil
 		return
 	}
-	for _, e := range ss.entries {
-		if e.pending {
-			return
+	if !ss.stale {
+		for _, e := range ss.entries {
+			if e.pending {
+				return
+			}
 		}
 	}
 	delete(w.releasing, slot)
@@ -304,6 +315,19 @@ func (w *worker) finishRelease(slot int) {
 	res := w.runJob(ckJob{snaps: []slotSnap{{slot: slot, epoch: ss.epoch, seq: ss.seq, entries: ss.entries}}})
 	waiters := ss.releaseDone
 	ss.releaseDone = nil
+	if len(res.failed) > 0 && ss.stale {
+		// Never served again (it stays releasing, in memory): the next periodic checkpoint
+		// includes it, the journal holds everything meanwhile (no generation is deleted before a
+		// checkpoint covers it), and the agent's release, which precedes any new load, retries
+		// the unload.
+		w.unck[slot] = true
+		err := fmt.Errorf("cannot unload stale transaction slot %d: its checkpoint failed", slot)
+		c.log.Error("cannot checkpoint stale transaction slot", zap.Int("slot", slot), zap.Error(err))
+		for _, d := range waiters {
+			d(err)
+		}
+		return
+	}
 	if len(res.failed) > 0 {
 		// Keep serving it: its changes are in the journal, the next checkpoint retries.
 		w.unck[slot] = true
@@ -335,4 +359,50 @@ func (w *worker) dropSlot(slot int, ss *slotState) {
 	openTxns.Add(-open)
 	delete(w.slots, slot)
 	w.c.status[slot].Store(int32(slotUnloaded))
+}
+
+// staleSlot handles TRANSACTION_COORDINATOR_FENCED (52) from a partition leader for a marker of
+// slot sent at coordinator epoch epoch: the leader has seen a marker of a newer coordinator epoch
+// of the producer, so a newer holder of the slot exists and this one is stale (design/cluster.md
+// §4: "on 52, C is stale and releases the slot"). In cluster mode the slot stops being served at
+// once, and is then checkpointed and unloaded like a release, except that it does not wait for
+// the sagas in flight (their markers may be retrying against a dead leader) and their internal
+// ops are refused too (no Complete* from a stale holder): its ops answer NOT_COORDINATOR, the
+// reaper skips it, nothing more of it is dispatched, and a load at this epoch or below is refused
+// (ErrSlotFenced), so the agent cannot bring it back at the stale epoch.
+//
+// Why unload and not fail-stop (design/cluster.md §2.2): a newer coordinator epoch is a newer
+// assignment, which Rule S let in only after this broker's release record or the end of its
+// lease. The lease case already stopped this coordinator (Rule P, pubFenced). Otherwise the 52
+// proves only that this one slot moved while this broker's watch lags; its other partitions,
+// shards and slots are still its own, and a fail-stop would move all of them. The handing back is
+// the agent's ordinary release once its watch shows the new assignment: ReleaseSlot finds the
+// slot unloaded (or joins this unload) and the agent publishes release/txn/N/E as usual. The
+// checkpoint is written (Rule P permitting) because a newer holder's load ignores it (its own
+// checkpoint has a higher epoch), while it protects the slot's records if the newer epoch on the
+// leader was not a real holder's. A single broker never sees 52 from its own partitions in
+// normal operation; there the saga just fails as before (the entry stays prepared, re-driven).
+func (c *Coordinator) staleSlot(slot int, epoch int32) {
+	if !c.clusterMode() || checkSlot(slot) != nil {
+		return
+	}
+	c.enqueue(&op{slot: slot, internal: true, ctl: func(w *worker) {
+		ss := w.slots[slot]
+		st := slotStatus(c.status[slot].Load())
+		if ss == nil || ss.stale || ss.epoch != epoch || (st != slotLoaded && st != slotReleasing) {
+			return // already unloaded, or loaded again at a newer epoch
+		}
+		mStaleSlots.Inc()
+		c.log.Error("transaction slot is stale: a partition leader saw a newer coordinator epoch (TRANSACTION_COORDINATOR_FENCED); unloading it",
+			zap.Int("slot", slot), zap.Int32("coordinatorEpoch", epoch))
+		for {
+			below := c.staleBelow[slot].Load()
+			if below > epoch || c.staleBelow[slot].CompareAndSwap(below, epoch+1) {
+				break
+			}
+		}
+		ss.stale = true
+		c.status[slot].Store(int32(slotReleasing))
+		w.releasing[slot] = struct{}{}
+	}})
 }

@@ -149,6 +149,16 @@ type Config struct {
 	// transactional offsets (nil: no group coordinator, nothing is ever staged).
 	Partitions PartitionWriter
 	Groups     GroupCompleter
+	// EndTxnMarkerWait bounds how long EndTxn waits for its markers and group completions
+	// (default 20 s, design/cluster.md §4). Past it the waiter alone answers
+	// COORDINATOR_NOT_AVAILABLE (15, retriable: the Java client and franz-go look the coordinator
+	// up again and resend EndTxn) and the saga goes on: the entry stays Prepare* with its dispatch
+	// in flight, so a retried EndTxn answers CONCURRENT_TRANSACTIONS (51, as Apache answers an
+	// EndTxn during PrepareCommit) until Complete* is durable and then NONE (Apache's answer to a
+	// retry of a completed EndTxn), and AddPartitions, AddOffsets, verification and
+	// InitProducerId answer 51 meanwhile, so no later transaction overtakes the markers. Apache
+	// has no such setting (it answers once PrepareCommit is logged), so this is a Go-level knob.
+	EndTxnMarkerWait time.Duration
 	// IDExpiration is transactional.id.expiration.ms: the reaper removes (durably) entries that
 	// are Empty or Complete* and unchanged for this long (default 7 days, Apache's).
 	IDExpiration time.Duration
@@ -186,6 +196,9 @@ type Coordinator struct {
 	// status is each slot's load state (slotStatus), written only by the slot's worker (and by
 	// Start before the workers run).
 	status [NumSlots]atomic.Int32
+	// staleBelow[N] = E+1 once slot N was found stale at coordinator epoch E (staleSlot): a load
+	// at an epoch below it is refused. 0: never.
+	staleBelow [NumSlots]atomic.Int32
 }
 
 type slotState struct {
@@ -195,6 +208,10 @@ type slotState struct {
 	entries map[string]*Entry
 	// releaseDone are the callers of ReleaseSlot waiting for the release to finish.
 	releaseDone []func(error)
+	// stale: a partition leader answered TRANSACTION_COORDINATOR_FENCED to one of this slot's
+	// markers, so a newer holder exists; the slot is being unloaded without waiting for its
+	// sagas and without serving their internal ops (staleSlot, slots.go).
+	stale bool
 }
 
 // op is one queued operation. Exactly one of apply/sweep/list/ctl is set.
@@ -299,6 +316,9 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.ReaperInterval <= 0 {
 		cfg.ReaperInterval = 10 * time.Second
+	}
+	if cfg.EndTxnMarkerWait <= 0 {
+		cfg.EndTxnMarkerWait = DefaultEndTxnMarkerWait
 	}
 	if cfg.OwnsSlot == nil {
 		cfg.OwnsSlot = func(int) bool { return true }
@@ -655,7 +675,8 @@ func (c *Coordinator) AddOffsets(p AddOffsetsParams, done func(AddOffsetsResult,
 // completion, Complete* durable — and only then done, with NONE (plus, for v5, the producer's
 // next id and epoch). Unlike Apache, which answers once the prepare is logged, the answer waits
 // for completion, so when commitTransaction() returns read_committed consumers already see the
-// data and the committed offsets are fetchable. A dispatch that fails answers the retriable
+// data and the committed offsets are fetchable. A dispatch that fails, or that is not done
+// within Config.EndTxnMarkerWait (the sending goes on), answers the retriable
 // COORDINATOR_NOT_AVAILABLE; the transaction stays prepared and is re-driven (a retry in the
 // same direction answers CONCURRENT_TRANSACTIONS while that is in flight, then NONE). The
 // result's Action is always zero.
@@ -681,12 +702,12 @@ func (c *Coordinator) EndTxn(p EndTxnParams, done func(EndTxnResult, error)) {
 				done(res, nil)
 			}, nil)
 		default:
-			c.workerFor(slot).startSaga(act, nil, func(code int16) {
+			c.workerFor(slot).startSaga(act, nil, c.boundedWait(p.TransactionalID, func(code int16) {
 				if code != codec.CodeNone {
 					res = EndTxnResult{Code: code, ProducerID: NoProducerID, ProducerEpoch: NoProducerEpoch}
 				}
 				done(res, nil)
-			})
+			}))
 		}
 	})
 }
@@ -958,7 +979,7 @@ func (w *worker) process(batch []*op) {
 			case st == slotLoading:
 				results[i] = ErrLoadInProgress
 				continue
-			case ss == nil || (st == slotReleasing && !o.internal):
+			case ss == nil || (st == slotReleasing && (!o.internal || ss.stale)):
 				results[i] = ErrNotCoordinator
 				continue
 			}
@@ -1081,7 +1102,7 @@ func (w *worker) flush() {
 				continue
 			}
 		}
-		recs = append(recs, pendingRec{slot: u.slot, tid: u.tid, entry: cur})
+		recs = append(recs, pendingRec{slot: u.slot, tid: u.tid, entry: cur, prepare: startsPrepare(u.prev, cur)})
 	}
 	n := 0
 	for _, r := range recs {
@@ -1099,6 +1120,10 @@ func (w *worker) flush() {
 			for _, r := range recs {
 				w.slots[r.slot].seq = r.seq
 				w.unck[r.slot] = true
+				if r.prepare {
+					// The entry was created by this batch and is not shared yet.
+					r.entry.PrepareSeq = r.seq
+				}
 			}
 		}
 		for _, r := range recs {

@@ -752,7 +752,8 @@ func TestMarkersFailedRedrives(t *testing.T) {
 	})
 	first := tc.parts.nextCall(t)
 	if len(first.reqs) != 1 || first.reqs[0] != (MarkerRequest{TransactionalID: "md", Topic: "t", Partition: 0, ProducerID: r.ProducerID,
-		ProducerEpoch: 0, Commit: true, CoordinatorEpoch: 1, TxnVersion: 1}) {
+		ProducerEpoch: 0, Commit: true, CoordinatorEpoch: 1, TxnVersion: 1, PrepareSeq: 3}) {
+		// PrepareSeq 3: the slot's third journal record (init, add, prepare) made it prepared.
 		t.Fatalf("markers: %+v", first.reqs)
 	}
 	// In flight: retries answer 51 and do not hand the markers out twice.
@@ -776,7 +777,7 @@ func TestMarkersFailedRedrives(t *testing.T) {
 		t.Fatalf("reconcile started %d sagas", n)
 	}
 	again := tc.parts.nextCall(t)
-	if len(again.reqs) != 1 || !again.reqs[0].Commit {
+	if len(again.reqs) != 1 || !again.reqs[0].Commit || again.reqs[0].PrepareSeq != 3 {
 		t.Fatalf("reconcile markers: %+v", again.reqs)
 	}
 	// ... and after another failure, so does a client retry (answered 51, the saga completes).
