@@ -117,6 +117,7 @@ func handleDescribeProducers(rc *reqCtx) (kmsg.Response, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer rc.guard()
 			rc.s.forwardDescribeProducers(leader, func(yield func(p *kmsg.DescribeProducersResponseTopicPartition, topic string) bool) {
 				for _, f := range parts {
 					if !yield(&resp.Topics[f.ti].Partitions[f.pi], resp.Topics[f.ti].Topic) {

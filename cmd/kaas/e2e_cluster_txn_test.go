@@ -128,6 +128,31 @@ func (c *e2eCluster) running(i int) bool {
 	return p.cmd != nil
 }
 
+// kill9AndRestart kills broker i with kill -9, waits until the survivors' Metadata no longer
+// lists it (its lease expired: the controller moves what it held to them), and starts it again.
+func (c *e2eCluster) kill9AndRestart(t *testing.T, i int) {
+	t.Helper()
+	killed := time.Now()
+	c.kill9(t, i)
+	e2eEventually(t, 30*time.Second, fmt.Sprintf("the survivors drop broker %d", i+1), func() error {
+		for j, p := range c.brokers {
+			if j == i {
+				continue
+			}
+			md, err := e2eClusterMetadata(p.addr)
+			if err != nil {
+				return fmt.Errorf("broker %d: %w", j+1, err)
+			}
+			if slices.Contains(md.Brokers.NodeIDs(), int32(i+1)) {
+				return fmt.Errorf("broker %d still lists broker %d", j+1, i+1)
+			}
+		}
+		return nil
+	})
+	t.Logf("broker %d gone from the survivors' Metadata %s after the kill", i+1, time.Since(killed).Round(time.Millisecond))
+	c.restart(t, i)
+}
+
 // bounce stops broker i with SIGTERM (a drain that must end with exit code 0) and starts it again.
 func (c *e2eCluster) bounce(t *testing.T, i int) {
 	t.Helper()
@@ -166,14 +191,17 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 	requireKafkaLib(t)
 	const (
 		parts     = 4
-		n         = 40_000
+		// About a minute of copying at the ~1.2k records/s 4 copiers reach here with 10-record
+		// transactions on 2 cores, so every kill and bounce lands inside the copy.
+		n         = 75_000
 		killEvery = 10 * time.Second
 		kills     = 3
 	)
 	c := startE2ECluster(t, 3)
 	bs := c.bootstrap()
 	cfg := e2eTxnCopyCfg{in: e2eName("c-cp-in"), out: e2eName("c-cp-out"), group: e2eName("c-cp-grp"),
-		inParts: parts, n: n, bootstrap: bs, timeout: 3 * time.Minute,
+		// Small transactions: many of them cross each failure, and the copy outlasts the chaos.
+		inParts: parts, n: n, bootstrap: bs, txnSize: 10, timeout: 3 * time.Minute,
 		// A copier restarted after a broker failure may wait for its dead session's transaction to
 		// be reaped (see e2eTxnCopy): keep that short.
 		txnTimeout: 10 * time.Second}
@@ -199,7 +227,11 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 			return false
 		}
 		if start.IsZero() {
+			if progress == 0 {
+				return true // the JVMs are still starting: the clock starts with the copy
+			}
 			start, lastKill = time.Now(), time.Now()
+			t.Logf("every copier is copying: kill -9 every %s from now", killEvery)
 		}
 		switch {
 		case killed < kills:
@@ -207,11 +239,10 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 				return true
 			}
 			i := rng.IntN(len(c.brokers))
-			t.Logf("kill -9 #%d: broker %d at %.0f%% progress, %s into the copy", killed+1, i+1, 100*progress, time.Since(start).Round(time.Millisecond))
-			c.kill9(t, i)
-			c.restart(t, i)
-			killed++
 			lastKill = time.Now()
+			t.Logf("kill -9 #%d: broker %d at %.0f%% progress, %s into the copy", killed+1, i+1, 100*progress, time.Since(start).Round(time.Millisecond))
+			c.kill9AndRestart(t, i)
+			killed++
 			atChaos = append(atChaos, progress)
 		case bounced < len(c.brokers):
 			t.Logf("clean bounce of broker %d at %.0f%% progress", bounced+1, 100*progress)
@@ -230,6 +261,9 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 	// Where in the copy each failure landed, for the log: a failure after the copy ended tests
 	// less (raise n if most land at 100 %).
 	t.Logf("progress at each kill / bounce: %.2f", atChaos)
+	if len(atChaos) == 0 || atChaos[0] >= 1 {
+		t.Errorf("the first kill -9 (10 s into the copy) came after the copy had finished (progress %.2f): raise n", atChaos)
+	}
 
 	e2eTxnCheckCopy(t, bs, seeded, cfg, parts, true)
 	rows := e2eTxnTable(t, e2eTxnTool(t, bs, "list"))

@@ -514,6 +514,7 @@ type e2eTxnCopyCfg struct {
 	inParts        int32
 	n              int
 	bootstrap      string    // the copiers' --broker-list (one address or a comma-separated list)
+	txnSize        int       // the copiers' --transaction-size (records per transaction); 0: 750
 	killAt         []float64 // fractions of progress at which the broker is SIGKILLed and restarted
 	bounceAt       []float64 // fractions of progress at which every copier is SIGKILLed (restarted below)
 	timeout        time.Duration
@@ -536,6 +537,9 @@ func e2eTxnCopy(t *testing.T, b e2eBroker, cfg e2eTxnCopyCfg) {
 	if cfg.bootstrap == "" {
 		cfg.bootstrap = b.Addr()
 	}
+	if cfg.txnSize == 0 {
+		cfg.txnSize = 750
+	}
 	copiers := make([]*e2eTxnCopier, cfg.inParts)
 	for p := range copiers {
 		id := fmt.Sprintf("copier-%d-%s", p, cfg.group)
@@ -543,7 +547,7 @@ func e2eTxnCopy(t *testing.T, b e2eBroker, cfg e2eTxnCopyCfg) {
 			"--broker-list", cfg.bootstrap, "--transactional-id", id,
 			"--input-topic", cfg.in, "--input-partition", strconv.Itoa(p),
 			"--output-topic", cfg.out, "--consumer-group", cfg.group,
-			"--transaction-size", "750", "--transaction-timeout", strconv.FormatInt(cfg.txnTimeout.Milliseconds(), 10),
+			"--transaction-size", strconv.Itoa(cfg.txnSize), "--transaction-timeout", strconv.FormatInt(cfg.txnTimeout.Milliseconds(), 10),
 			"--use-group-metadata", "--enable-random-aborts",
 		}}
 	}
