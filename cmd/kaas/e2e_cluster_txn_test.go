@@ -190,7 +190,7 @@ func e2eClusterTxnNoHanging(t *testing.T, c *e2eCluster, what string) {
 func TestClusterTxnMessageCopierChaos(t *testing.T) {
 	requireKafkaLib(t)
 	const (
-		parts     = 4
+		parts = 4
 		// About a minute of copying at the ~1.2k records/s 4 copiers reach here with 10-record
 		// transactions on 2 cores, so every kill and bounce lands inside the copy.
 		n         = 75_000
