@@ -720,8 +720,9 @@ func e2eTxnCheckCopy(t *testing.T, addr string, seeded map[string]e2ePos, cfg e2
 		t.Errorf("read_uncommitted saw %d records, fewer than read_committed's %d", len(uncommitted), len(committed))
 	}
 	if ordered {
-		// Output in offset order (one output partition): each input partition's values must come
-		// out in input offset order.
+		// Output in offset order (one output partition, or as many as input partitions: the
+		// copier writes input partition p to output partition p): each input partition's values
+		// must come out in input offset order.
 		sort.Slice(committed, func(i, j int) bool {
 			if committed[i].p != committed[j].p {
 				return committed[i].p < committed[j].p
