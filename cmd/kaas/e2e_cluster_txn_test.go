@@ -191,9 +191,9 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 	requireKafkaLib(t)
 	const (
 		parts = 4
-		// About a minute of copying at the ~1.2k records/s 4 copiers reach here with 10-record
+		// 40-60 s of copying at the ~1.2k records/s 4 copiers reach here with 10-record
 		// transactions on 2 cores, so every kill and bounce lands inside the copy.
-		n         = 75_000
+		n         = 50_000
 		killEvery = 10 * time.Second
 		kills     = 3
 	)
