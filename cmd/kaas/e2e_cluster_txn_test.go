@@ -163,13 +163,35 @@ func (c *e2eCluster) bounce(t *testing.T, i int) {
 	c.restart(t, i)
 }
 
-// e2eClusterTxnNoHanging runs find-hanging for every broker id (through the given bootstraps in
-// turn) and fails on any row.
+// e2eClusterTxnFindHanging runs find-hanging --broker-id id through bootstrap bs. The tool exits
+// 1 on any NOT_LEADER_OR_FOLLOWER (it pins DescribeProducers to that broker), which a partition
+// between owners answers for a moment after a broker came or went (retriable for every other
+// client): the run is retried until it completes.
+func e2eClusterTxnFindHanging(t *testing.T, bs string, id int) []map[string]string {
+	t.Helper()
+	args := []string{"--bootstrap-server", bs, "find-hanging", "--broker-id", strconv.Itoa(id), "--max-transaction-timeout", "1"}
+	var out strings.Builder
+	err := e2ePoll(60*time.Second, time.Second, func() error {
+		out.Reset()
+		stderr, _, err := javaToolStream(60*time.Second, &out, e2eTxnClassTxns, args...)
+		if err != nil {
+			t.Logf("find-hanging --broker-id %d: %v (retrying): %s", id, err, e2eTruncate(stderr, 600))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("kafka-transactions %s: %v", strings.Join(args, " "), err)
+	}
+	t.Logf("kafka-transactions find-hanging --broker-id %d through %s:\n%s", id, bs, strings.TrimRight(out.String(), "\n"))
+	return e2eTxnTable(t, out.String())
+}
+
+// e2eClusterTxnNoHanging runs find-hanging for every broker id (each through another broker's
+// seed) and fails on any row.
 func e2eClusterTxnNoHanging(t *testing.T, c *e2eCluster, what string) {
 	t.Helper()
 	for i := range c.brokers {
-		bs := c.seeds()[(i+1)%len(c.brokers)] // ask through another broker than the one searched
-		rows := e2eTxnTable(t, e2eTxnTool(t, bs, "find-hanging", "--broker-id", strconv.Itoa(i+1), "--max-transaction-timeout", "1"))
+		rows := e2eClusterTxnFindHanging(t, c.seeds()[(i+1)%len(c.brokers)], i+1)
 		if len(rows) != 0 {
 			t.Errorf("%s: find-hanging --broker-id %d lists %v", what, i+1, rows)
 		}
@@ -265,6 +287,7 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 		t.Errorf("the first kill -9 (10 s into the copy) came after the copy had finished (progress %.2f): raise n", atChaos)
 	}
 
+	c.waitSpread(t) // the last bounce's moves settle before the checks ask every broker
 	e2eTxnCheckCopy(t, bs, seeded, cfg, parts, true)
 	rows := e2eTxnTable(t, e2eTxnTool(t, bs, "list"))
 	for _, r := range rows {
@@ -565,6 +588,7 @@ func e2eClusterTxnForget(t *testing.T, c *e2eCluster, tid string) {
 		p.Restart(t)
 	}
 	c.waitMembers(t, len(c.brokers), 60*time.Second)
+	c.waitSpread(t)
 }
 
 // e2eClusterTxnSame runs one kafka-transactions.sh command through each single seed and through
@@ -755,8 +779,7 @@ func TestClusterTxnToolsAcrossBrokers(t *testing.T) {
 	// find-hanging finds the transaction from each broker id (asked through another broker's
 	// seed each time; e2eClusterTxnNoHanging does the same).
 	for i := range c.brokers {
-		bs := c.seeds()[(i+1)%len(c.brokers)]
-		rows := e2eTxnTable(t, e2eTxnTool(t, bs, "find-hanging", "--broker-id", strconv.Itoa(i+1), "--max-transaction-timeout", "1"))
+		rows := e2eClusterTxnFindHanging(t, c.seeds()[(i+1)%len(c.brokers)], i+1)
 		if len(rows) != 1 || rows[0]["Topic"] != topic || rows[0]["Partition"] != "0" ||
 			rows[0]["ProducerId"] != strconv.FormatInt(hungPID, 10) || rows[0]["StartOffset"] != strconv.FormatInt(startOffset, 10) {
 			t.Fatalf("find-hanging --broker-id %d: %v, want the transaction of producer %d at %s-0 offset %d", i+1, rows, hungPID, topic, startOffset)
