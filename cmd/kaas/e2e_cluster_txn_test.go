@@ -213,9 +213,9 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 	requireKafkaLib(t)
 	const (
 		parts = 4
-		// 40-60 s of copying at the ~1.2k records/s 4 copiers reach here with 10-record
+		// About 50 s of copying at the ~1.2k records/s 4 copiers reach here with 10-record
 		// transactions on 2 cores, so every kill and bounce lands inside the copy.
-		n         = 50_000
+		n         = 65_000
 		killEvery = 10 * time.Second
 		kills     = 3
 	)
