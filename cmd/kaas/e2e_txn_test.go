@@ -73,9 +73,11 @@ func e2eTxnStartBroker(t *testing.T, tv int16) e2eBroker {
 	return b
 }
 
+// e2eTxnClient is a client seeded with addr: one broker, or several joined with commas (the
+// cluster tests' 3-seed bootstrap, as the Java tools take it).
 func e2eTxnClient(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(addr, ",")...)}, opts...)...)
 	if err != nil {
 		t.Fatalf("cannot create kgo client: %v", err)
 	}
@@ -511,10 +513,17 @@ type e2eTxnCopyCfg struct {
 	in, out, group string
 	inParts        int32
 	n              int
+	bootstrap      string    // the copiers' --broker-list (one address or a comma-separated list)
+	txnSize        int       // the copiers' --transaction-size (records per transaction); 0: 750
 	killAt         []float64 // fractions of progress at which the broker is SIGKILLed and restarted
 	bounceAt       []float64 // fractions of progress at which every copier is SIGKILLed (restarted below)
 	timeout        time.Duration
 	txnTimeout     time.Duration // the copiers' transaction.timeout.ms
+	// chaos, when set, is called on every poll of the copy with the progress so far (0..1) and
+	// does the broker failures of the test; it returns true while some are still to come, and
+	// the copy is not done before it returns false. killAt needs a single broker; chaos is how
+	// the cluster test kills and bounces its brokers.
+	chaos func(progress float64) (pending bool)
 }
 
 // e2eTxnReapInterval is the broker's default transaction reaper period
@@ -525,14 +534,20 @@ const e2eTxnReapInterval = 10 * time.Second
 // exited, restarting copiers that die and bouncing the broker at the configured progress marks.
 func e2eTxnCopy(t *testing.T, b e2eBroker, cfg e2eTxnCopyCfg) {
 	t.Helper()
+	if cfg.bootstrap == "" {
+		cfg.bootstrap = b.Addr()
+	}
+	if cfg.txnSize == 0 {
+		cfg.txnSize = 750
+	}
 	copiers := make([]*e2eTxnCopier, cfg.inParts)
 	for p := range copiers {
 		id := fmt.Sprintf("copier-%d-%s", p, cfg.group)
 		copiers[p] = &e2eTxnCopier{id: id, remaining: -1, args: []string{
-			"--broker-list", b.Addr(), "--transactional-id", id,
+			"--broker-list", cfg.bootstrap, "--transactional-id", id,
 			"--input-topic", cfg.in, "--input-partition", strconv.Itoa(p),
 			"--output-topic", cfg.out, "--consumer-group", cfg.group,
-			"--transaction-size", "750", "--transaction-timeout", strconv.FormatInt(cfg.txnTimeout.Milliseconds(), 10),
+			"--transaction-size", strconv.Itoa(cfg.txnSize), "--transaction-timeout", strconv.FormatInt(cfg.txnTimeout.Milliseconds(), 10),
 			"--use-group-metadata", "--enable-random-aborts",
 		}}
 	}
@@ -565,6 +580,7 @@ func e2eTxnCopy(t *testing.T, b e2eBroker, cfg e2eTxnCopyCfg) {
 		return 1 - float64(left)/float64(cfg.n)
 	}
 	err := e2ePoll(cfg.timeout, 100*time.Millisecond, func() error {
+		chaosPending := cfg.chaos != nil && cfg.chaos(progress())
 		if len(kills) > 0 && progress() >= kills[0] {
 			t.Logf("progress %.0f%% after %s: SIGKILL broker", 100*progress(), time.Since(start).Round(time.Millisecond))
 			b.Kill(t)
@@ -619,9 +635,9 @@ func e2eTxnCopy(t *testing.T, b e2eBroker, cfg e2eTxnCopyCfg) {
 				pending++
 			}
 		}
-		if pending > 0 || len(kills) > 0 || len(bounces) > 0 {
-			return fmt.Errorf("%d copiers still running, progress %.1f%%, %d broker kills and %d copier bounces left",
-				pending, 100*progress(), len(kills), len(bounces))
+		if pending > 0 || len(kills) > 0 || len(bounces) > 0 || chaosPending {
+			return fmt.Errorf("%d copiers still running, progress %.1f%%, %d broker kills and %d copier bounces left, more chaos to come: %v",
+				pending, 100*progress(), len(kills), len(bounces), chaosPending)
 		}
 		return nil
 	})
@@ -704,8 +720,9 @@ func e2eTxnCheckCopy(t *testing.T, addr string, seeded map[string]e2ePos, cfg e2
 		t.Errorf("read_uncommitted saw %d records, fewer than read_committed's %d", len(uncommitted), len(committed))
 	}
 	if ordered {
-		// Output in offset order (one output partition): each input partition's values must come
-		// out in input offset order.
+		// Output in offset order (one output partition, or as many as input partitions: the
+		// copier writes input partition p to output partition p): each input partition's values
+		// must come out in input offset order.
 		sort.Slice(committed, func(i, j int) bool {
 			if committed[i].p != committed[j].p {
 				return committed[i].p < committed[j].p

@@ -51,7 +51,8 @@
 // naming the cause, and the default FailStop exits the process with status 3 so the supervisor
 // starts a new incarnation. A member never revokes another incarnation's lease: that process may
 // still be inside its own D. A restarted broker whose predecessor's key is still present waits
-// up to SessionTimeout+FenceMargin for it to expire and refuses if it does not (a live holder).
+// up to 2×SessionTimeout+FenceMargin for it to expire (etcd deletes expired leases' keys lazily)
+// and refuses if it does not (a live holder).
 //
 // # Backends
 //

@@ -29,6 +29,7 @@ var (
 	mLeaseSlack        = metrics.NewGauge(`kaas_cluster_lease_deadline_slack_seconds`, nil)
 	mKeepAliveFailures = metrics.NewCounter(`kaas_cluster_keepalive_failures_total`)
 	mFailStops         = metrics.NewCounter(`kaas_cluster_failstop_total`)
+	mJoinRefusedHeld   = metrics.NewCounter(`kaas_cluster_join_refused_id_held_total`)
 )
 
 // MemberConfig configures Join.
@@ -177,8 +178,8 @@ type Member struct {
 // Join registers cfg.BrokerID in the cluster and starts the lease loop. It refuses, with an
 // error naming the cause and without writing brokers/<id>, when etcd is unreachable, when the
 // cluster-id in etcd differs from cfg.ClusterID (the key is created when absent), or when
-// brokers/<id> is still held after SessionTimeout+FenceMargin (a dead predecessor's key expires
-// within its TTL, so only a live incarnation holds it that long).
+// brokers/<id> is still held after holderWait (a dead predecessor's key is deleted within its
+// TTL plus etcd's sweep, so only a live incarnation holds it that long).
 func Join(ctx context.Context, b Backend, cfg MemberConfig) (*Member, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock
@@ -239,8 +240,18 @@ func Join(ctx context.Context, b Backend, cfg MemberConfig) (*Member, error) {
 	return m, nil
 }
 
-// register writes brokers/<id> under a fresh lease, waiting up to SessionTimeout+FenceMargin
-// for a predecessor's key to vanish.
+// holderWait bounds how long register waits for a predecessor's brokers/<id> to vanish. A dead
+// predecessor's lease runs out at most SessionTimeout after its last keepalive, but etcd deletes
+// an expired lease's keys lazily: its lessor sweeps every 500 ms and the revoke is one more raft
+// round (lessor.runLoop; a loaded etcd takes longer still). So a broker restarted right after a
+// kill -9 can find the key still there past SessionTimeout+FenceMargin, and a bound that tight
+// refused it. A live holder (the same broker.id configured twice) renews every heartbeat and
+// keeps its key for ever, so a second SessionTimeout of grace costs nothing in telling the two
+// apart.
+func holderWait(cfg MemberConfig) time.Duration { return 2*cfg.SessionTimeout + cfg.FenceMargin }
+
+// register writes brokers/<id> under a fresh lease, waiting up to holderWait for a
+// predecessor's key to vanish.
 func (m *Member) register(ctx context.Context) error {
 	cfg, b, id := m.cfg, m.b, m.cfg.BrokerID
 	var waitUntil time.Time
@@ -262,12 +273,13 @@ func (m *Member) register(ctx context.Context) error {
 		}
 		now := m.clock.Now()
 		if waitUntil.IsZero() {
-			waitUntil = now.Add(cfg.SessionTimeout + cfg.FenceMargin)
+			waitUntil = now.Add(holderWait(cfg))
 			m.log.Info("broker id held; waiting for the previous incarnation's lease to expire",
-				zap.String("holder", holder), zap.Duration("max_wait", cfg.SessionTimeout+cfg.FenceMargin))
+				zap.String("holder", holder), zap.Duration("max_wait", holderWait(cfg)))
 		}
 		if !now.Before(waitUntil) {
-			return fmt.Errorf("cannot join cluster (%s) as broker %d: broker.id %d is held by live incarnation %s (still registered after session timeout %s + fence margin %s)",
+			mJoinRefusedHeld.Inc()
+			return fmt.Errorf("cannot join cluster (%s) as broker %d: broker.id %d is held by live incarnation %s (still registered after twice the session timeout %s + fence margin %s)",
 				cfg.Prefix, id, id, holder, cfg.SessionTimeout, cfg.FenceMargin)
 		}
 		if err := m.waitGone(ctx, rev, waitUntil.Sub(now)); err != nil {

@@ -252,8 +252,9 @@ func TestJoinRefusesBrokerIDHeldByLiveIncarnation(t *testing.T) {
 		_, err := Join(ctx, f.Client(), testMemberConfig(clk, &failStops{}))
 		errc <- err
 	}()
-	// The holder keeps renewing; Join waits session timeout + margin (3.3 s), then refuses.
-	for i := 0; i < 4; i++ {
+	// The holder keeps renewing; Join waits twice the session timeout + margin (6.3 s), then
+	// refuses.
+	for i := 0; i < 7; i++ {
 		advance(t, clk, 1, time.Second)
 		if _, err := f.KeepAliveOnce(ctx, holder); err != nil {
 			t.Fatalf("holder keepalive at +%ds: %v", i+1, err)
@@ -288,7 +289,7 @@ func TestJoinWaitsForDeadPredecessorLease(t *testing.T) {
 		m, err := Join(ctx, f.Client(), testMemberConfig(clk, &failStops{}))
 		rc <- res{m, err}
 	}()
-	advance(t, clk, 1, 3*time.Second) // the predecessor's lease expires; Join must not wait for its 3.3 s timer
+	advance(t, clk, 1, 3*time.Second) // the predecessor's lease expires; Join must not wait for its 6.3 s timer
 	var r res
 	select {
 	case r = <-rc:
@@ -305,6 +306,66 @@ func TestJoinWaitsForDeadPredecessorLease(t *testing.T) {
 	bs, _, _ := ListBrokers(ctx, f, testPrefix)
 	if len(bs) != 1 || bs[0].Inc != r.m.Incarnation() {
 		t.Fatalf("brokers = %+v, want the new incarnation %s", bs, r.m.Incarnation())
+	}
+}
+
+// TestJoinWaitsForLazilyDeletedPredecessorKey guards a broker restarted right after a kill -9:
+// etcd deletes an expired lease's keys only at its next sweep (every 500 ms, then a raft round),
+// so the dead predecessor's brokers/<id> can outlive SessionTimeout+FenceMargin. Join must wait
+// for it instead of refusing the restart. The fake expires leases exactly on time, so here the
+// key is kept past 3.3 s by renewals and deleted at +4 s, as a late sweep would.
+func TestJoinWaitsForLazilyDeletedPredecessorKey(t *testing.T) {
+	ctx := context.Background()
+	clk := NewManualClock(time.Time{})
+	f := NewFake(clk)
+	holder, deadInc := putHolder(t, f)
+	type res struct {
+		m   *Member
+		err error
+	}
+	rc := make(chan res, 1)
+	go func() {
+		m, err := Join(ctx, f.Client(), testMemberConfig(clk, &failStops{}))
+		rc <- res{m, err}
+	}()
+	for i := 0; i < 4; i++ {
+		advance(t, clk, 1, time.Second)
+		if i < 3 {
+			if _, err := f.KeepAliveOnce(ctx, holder); err != nil {
+				t.Fatalf("holder keepalive at +%ds: %v", i+1, err)
+			}
+		}
+	}
+	// Join has seen +4 s with the key present: it either gave up (the bug) or waits again on the
+	// clock. Only then does the key go.
+	var r res
+	var returned bool
+	waitUntil(t, "Join waiting again or returning after +4s", func() bool {
+		select {
+		case r = <-rc:
+			returned = true
+			return true
+		default:
+			return clk.Pending() >= 1
+		}
+	})
+	if returned {
+		t.Fatalf("Join returned at +4s while the predecessor's key was still there: %v", r.err)
+	}
+	if err := f.Revoke(ctx, holder); err != nil {
+		t.Fatalf("delete the predecessor's key at +4s: %v", err)
+	}
+	select {
+	case r = <-rc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Join did not return")
+	}
+	if r.err != nil {
+		t.Fatalf("Join refused a restart whose predecessor's key went at +4s: %v", r.err)
+	}
+	defer r.m.Leave(ctx)
+	if r.m.Incarnation() == deadInc {
+		t.Fatal("joined with the dead incarnation's id")
 	}
 }
 
