@@ -58,6 +58,10 @@ type Config struct {
 	MinSessionTimeout     time.Duration // group.min.session.timeout.ms
 	MaxSessionTimeout     time.Duration // group.max.session.timeout.ms
 	MaxSize               int           // group.max.size
+	// Consumer configures KIP-848 consumer groups; Topics lists the topics their subscriptions
+	// resolve against (nil: none).
+	Consumer ConsumerConfig
+	Topics   func() []TopicInfo
 	// ShardsUnowned starts the coordinator owning no group shard (cluster mode: LoadShard each
 	// assigned one). The zero value is the single broker, which serves every shard from the start.
 	ShardsUnowned bool
@@ -107,6 +111,18 @@ func New(cfg Config, store Store, log *zap.Logger) *Coordinator {
 	}
 	if cfg.MaxSize <= 0 {
 		cfg.MaxSize = int(^uint32(0) >> 1)
+	}
+	if cfg.Consumer.MaxSize <= 0 {
+		cfg.Consumer.MaxSize = int(^uint32(0) >> 1)
+	}
+	if len(cfg.Consumer.Assignors) == 0 {
+		cfg.Consumer.Assignors = []string{"uniform", "range"}
+	}
+	if cfg.Consumer.SessionTimeout <= 0 {
+		cfg.Consumer.SessionTimeout = 45 * time.Second
+	}
+	if cfg.Consumer.HeartbeatInterval <= 0 {
+		cfg.Consumer.HeartbeatInterval = 5 * time.Second
 	}
 	c := &Coordinator{cfg: cfg, store: store, log: log.Named("groups"), groups: make(map[string]*group)}
 	c.drained = sync.NewCond(&c.mu)
@@ -195,6 +211,7 @@ type ListedGroup struct {
 	Group        string
 	ProtocolType string
 	State        string
+	Type         string // "classic" or "consumer" (KIP-848)
 }
 
 // ListGroups lists every group of a served shard in memory plus every group that only has
@@ -229,14 +246,18 @@ func (c *Coordinator) ListGroups(states []string) []ListedGroup {
 			continue
 		}
 		seen[id] = true
-		if want(p.state.String()) {
-			out = append(out, ListedGroup{Group: id, ProtocolType: p.protocolType, State: p.state.String()})
+		lg := ListedGroup{Group: id, ProtocolType: p.protocolType, State: p.state.String(), Type: "classic"}
+		if p.epochs != nil {
+			lg.State, lg.Type = p.consumerState, "consumer"
+		}
+		if want(lg.State) {
+			out = append(out, lg)
 		}
 	}
 	c.mu.Unlock()
 	for _, id := range c.store.Groups() {
 		if !seen[id] && want(Empty.String()) && served(id) {
-			out = append(out, ListedGroup{Group: id, State: Empty.String()})
+			out = append(out, ListedGroup{Group: id, State: Empty.String(), Type: "classic"})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })

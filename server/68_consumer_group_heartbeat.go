@@ -1,0 +1,44 @@
+package server
+
+// ConsumerGroupHeartbeat: v0-1
+//
+// Behavior:
+//   - KIP-848: READ on the group (GROUP_AUTHORIZATION_FAILED) and ownership (NOT_COORDINATOR)
+//     here; the rest is coord/group (consumer.go): joins (member epoch 0), leaves (-1, and -2 for
+//     a static member's temporary leave), reconciliation towards the server-side assignor's
+//     target (uniform or range, group.consumer.assignors), FENCED_MEMBER_EPOCH,
+//     UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
+//     INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED (group.consumer.max.size).
+//   - The heartbeat interval and session timeout are the broker's group.consumer.* settings.
+//   - The answer never waits for a rebalance: the group's goroutine answers at once.
+//   - Consumer-group state is not persisted: after a restart members rejoin (offsets are kept).
+//
+// Version notes:
+//   - v0: the coordinator names a joining member; v1: the member names itself (MemberId must
+//     be set) and subscribed_topic_regex (RE2 here, as Apache's re2j).
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/codec"
+)
+
+func init() { register(kmsg.ConsumerGroupHeartbeat, 0, 1, handleConsumerGroupHeartbeat) }
+
+func handleConsumerGroupHeartbeat(rc *reqCtx) (kmsg.Response, error) {
+	req := rc.req.(*kmsg.ConsumerGroupHeartbeatRequest)
+	if code := rc.groupGate(OpRead, req.Group); code != codec.CodeNone {
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		resp.ErrorCode, resp.MemberEpoch = code, -1
+		return resp, nil
+	}
+	clientID := ""
+	if rc.hdr.ClientID != nil {
+		clientID = *rc.hdr.ClientID
+	}
+	rc.deferReply()
+	rc.s.deps.Groups.ConsumerGroupHeartbeat(req, clientID, rc.clientHost(), func(resp *kmsg.ConsumerGroupHeartbeatResponse) {
+		rc.reply(resp)
+	})
+	return nil, nil
+}
