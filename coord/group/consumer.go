@@ -74,10 +74,10 @@ type consumerGroup struct {
 	assignmentEpoch int32
 	assignor        string // the assignor that computed the target
 	members         map[string]*consumerMember
-	static          map[string]string       // group.instance.id → member id
-	target          map[string]assignment   // member id → target assignment
-	holder          map[topicPart]string    // partition → member holding it (assigned or revoking)
-	subscribed      map[string]topicMeta    // subscribed topic name → its metadata at the last epoch bump
+	static          map[string]string     // group.instance.id → member id
+	target          map[string]assignment // member id → target assignment
+	holder          map[topicPart]string  // partition → member holding it (assigned or revoking)
+	subscribed      map[string]topicMeta  // subscribed topic name → its metadata at the last epoch bump
 	nextSeq         uint64
 }
 
