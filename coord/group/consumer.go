@@ -170,7 +170,10 @@ func cghResp(version int16, code int16, msg string) *kmsg.ConsumerGroupHeartbeat
 	return resp
 }
 
-// validateConsumerHeartbeat is Apache throwIfConsumerGroupHeartbeatRequestIsInvalid.
+// validateConsumerHeartbeat is Apache throwIfConsumerGroupHeartbeatRequestIsInvalid, with one
+// leniency: Apache refuses a static leave (epoch -2) without InstanceId as INVALID_REQUEST, and
+// franz-go (v1.22) sends its static leave without it; here the member id alone names the
+// static member (consumerLeave), so such a client's restart keeps its assignment.
 func (c *Coordinator) validateConsumerHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest) (int16, string) {
 	if req.Group == "" {
 		return codec.CodeInvalidRequest, "GroupId can't be empty."
@@ -197,10 +200,6 @@ func (c *Coordinator) validateConsumerHeartbeat(req *kmsg.ConsumerGroupHeartbeat
 		}
 		if req.SubscribedTopicNames == nil && req.SubscribedTopicRegex == nil {
 			return codec.CodeInvalidRequest, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-		}
-	case req.MemberEpoch == leaveStaticEpoch:
-		if req.InstanceID == nil {
-			return codec.CodeInvalidRequest, "InstanceId can't be null."
 		}
 	case req.MemberEpoch < leaveStaticEpoch:
 		return codec.CodeInvalidRequest, "MemberEpoch is invalid."
@@ -582,7 +581,8 @@ func (g *group) armSession(m *consumerMember) {
 	})
 }
 
-// consumerLeave serves MemberEpoch -1 (leave) and -2 (a static member's temporary leave).
+// consumerLeave serves MemberEpoch -1 (leave) and -2 (a static member's temporary leave; a
+// dynamic member sending -2 leaves for good).
 func (g *group) consumerLeave(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatResponse {
 	cg := g.cg
 	var m *consumerMember
@@ -603,7 +603,7 @@ func (g *group) consumerLeave(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatRespo
 	id := m.id
 	resp.MemberID = &id
 	resp.MemberEpoch = hr.epoch
-	if hr.epoch == leaveStaticEpoch {
+	if hr.epoch == leaveStaticEpoch && m.instanceID != "" {
 		// The member keeps its place and its partitions until its session expires, so the
 		// same instance restarting within the session gets them back without a rebalance.
 		if m.epoch != leaveStaticEpoch {

@@ -1,0 +1,694 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-go/kaas/codec"
+	"github.com/kaas-go/kaas/configs"
+)
+
+// fast848 makes KIP-848 heartbeats quick in tests (the broker sets the interval).
+func fast848(c *configs.Config) {
+	fastGroups(c)
+	c.ConsumerMinHeartbeatInterval = 50 * time.Millisecond
+	c.ConsumerHeartbeatInterval = 100 * time.Millisecond
+	c.ConsumerMinSessionTimeout = 500 * time.Millisecond
+	c.ConsumerSessionTimeout = 10 * time.Second
+}
+
+// ownership records which consumer holds each partition according to its own callbacks, and
+// fails the test if a partition is assigned to one consumer while another still holds it: KIP-848
+// must revoke before it assigns.
+type ownership struct {
+	t      *testing.T
+	mu     sync.Mutex
+	owner  map[string]string // "topic/partition" → consumer name
+	assign map[string]int    // consumer → times it was assigned something
+}
+
+func newOwnership(t *testing.T) *ownership {
+	return &ownership{t: t, owner: map[string]string{}, assign: map[string]int{}}
+}
+
+func (o *ownership) opts(name string) []kgo.Opt {
+	release := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for t, parts := range ps {
+			for _, p := range parts {
+				k := t + "/" + strconv.Itoa(int(p))
+				if o.owner[k] == name {
+					delete(o.owner, k)
+				}
+			}
+		}
+	}
+	return []kgo.Opt{
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			o.assign[name]++
+			for t, parts := range ps {
+				for _, p := range parts {
+					k := t + "/" + strconv.Itoa(int(p))
+					if cur, ok := o.owner[k]; ok && cur != name {
+						o.t.Errorf("partition %s assigned to %s while %s still holds it", k, name, cur)
+					}
+					o.owner[k] = name
+				}
+			}
+		}),
+		kgo.OnPartitionsRevoked(release),
+		kgo.OnPartitionsLost(release),
+	}
+}
+
+// held returns the partitions name holds.
+func (o *ownership) held(name string) map[string]bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]bool{}
+	for k, v := range o.owner {
+		if v == name {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+func (o *ownership) total() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.owner)
+}
+
+func describe848(t *testing.T, cl *kgo.Client, grp string) kmsg.ConsumerGroupDescribeResponseGroup {
+	t.Helper()
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{grp}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Groups[0]
+}
+
+// TestConsumerGroup848MembersJoinAndLeave: three KIP-848 consumers (franz-go's server-side
+// balancer path) join and leave mid-stream; no record is consumed twice, partitions are only
+// assigned once their previous owner revoked them, and the group ends Stable with every partition
+// assigned to the remaining members.
+func TestConsumerGroup848MembersJoinAndLeave(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		balancer kgo.GroupBalancer
+		assignor string
+	}{
+		{"uniform", kgo.CooperativeStickyBalancer(), "uniform"},
+		{"range", kgo.RangeBalancer(), "range"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := newTestBroker(t, fast848)
+			const topic, grp, total = "events848", "g848", 3000
+			prod := grpClient(t, addr, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+			defer prod.Close()
+			adm := kadm.NewClient(prod)
+			grpCreateTopic(t, adm, topic, 6)
+			produced := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				for i := 0; i < total; i += 100 {
+					var recs []*kgo.Record
+					for j := i; j < i+100; j++ {
+						recs = append(recs, &kgo.Record{Key: []byte(strconv.Itoa(j % 17)), Value: []byte(strconv.Itoa(j))})
+					}
+					if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+						produced <- err
+						return
+					}
+					<-time.After(20 * time.Millisecond)
+				}
+				produced <- nil
+			}()
+			seen := &consumedSet{seen: map[string]bool{}}
+			own := newOwnership(t)
+			waitCount := func(n int) {
+				t.Helper()
+				checkFor(t, 60*time.Second, 10*time.Millisecond, func() error {
+					if c := seen.count(); c < n {
+						return fmt.Errorf("consumed %d of %d", c, n)
+					}
+					return nil
+				})
+			}
+			start := func(name string) *groupConsumer {
+				return startGroupConsumer(t, addr, grp, topic, tc.balancer, seen, append(own.opts(name), kgo.ServerSideBalancer())...)
+			}
+			c1 := start("c1")
+			waitCount(300)
+			c2 := start("c2")
+			waitCount(900)
+			c3 := start("c3")
+			waitCount(1500)
+			c1.stop()
+			waitCount(2100)
+			if err := <-produced; err != nil {
+				t.Fatal(err)
+			}
+			waitCount(total)
+			checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+				d := describe848(t, prod, grp)
+				if d.ErrorCode != 0 {
+					return fmt.Errorf("describe: %d", d.ErrorCode)
+				}
+				if d.State != "Stable" || len(d.Members) != 2 || d.AssignorName != tc.assignor {
+					return fmt.Errorf("state %s with %d members, assignor %s", d.State, len(d.Members), d.AssignorName)
+				}
+				n := 0
+				for _, m := range d.Members {
+					if m.MemberEpoch != d.Epoch {
+						return fmt.Errorf("member %s at epoch %d, group at %d", m.MemberID, m.MemberEpoch, d.Epoch)
+					}
+					for _, tp := range m.Assignment.TopicPartitions {
+						if tp.Topic != topic {
+							return fmt.Errorf("assignment names topic %q", tp.Topic)
+						}
+						n += len(tp.Partitions)
+					}
+				}
+				if n != 6 {
+					return fmt.Errorf("%d partitions assigned, want 6", n)
+				}
+				if own.total() != 6 {
+					return fmt.Errorf("consumers hold %d partitions by their callbacks, want 6", own.total())
+				}
+				return nil
+			})
+			if own.assign["c1"] == 0 || own.assign["c2"] == 0 || own.assign["c3"] == 0 {
+				t.Fatalf("assignments per consumer: %v", own.assign)
+			}
+			// DescribeGroups and ListGroups see a consumer group.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			dg, err := adm.DescribeGroups(ctx, grp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := dg[grp]; g.ProtocolType != "consumer" || g.State != "Stable" || len(g.Members) != 2 {
+				t.Fatalf("DescribeGroups: protocol type %q state %q members %d", g.ProtocolType, g.State, len(g.Members))
+			}
+			lreq := kmsg.NewPtrListGroupsRequest()
+			lreq.TypesFilter = []string{"consumer"}
+			lresp, err := lreq.RequestWith(ctx, prod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(lresp.Groups) != 1 || lresp.Groups[0].Group != grp || lresp.Groups[0].GroupType != "consumer" {
+				t.Fatalf("ListGroups(consumer): %+v", lresp.Groups)
+			}
+			lreq.TypesFilter = []string{"classic"}
+			if lresp, err = lreq.RequestWith(ctx, prod); err != nil || len(lresp.Groups) != 0 {
+				t.Fatalf("ListGroups(classic): %v %+v", err, lresp.Groups)
+			}
+			c2.stop()
+			c3.stop()
+			// Committed offsets cover the whole topic.
+			committed, err := adm.FetchOffsets(ctx, grp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ends, err := adm.ListEndOffsets(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ends.Each(func(o kadm.ListedOffset) {
+				if c, ok := committed.Lookup(topic, o.Partition); !ok || c.At != o.Offset {
+					t.Errorf("%s/%d: committed %v (%v), end %d (%v)", topic, o.Partition, c.At, ok, o.Offset, o.Err)
+				}
+			})
+			if d := describe848(t, prod, grp); d.State != "Empty" {
+				t.Fatalf("after every member left: %s", d.State)
+			}
+		})
+	}
+}
+
+// TestConsumerGroup848TransactSession is consume-transform-produce (KIP-447) on the KIP-848
+// path: copiers join and leave, and every input record reaches the output exactly once under
+// read_committed, with the group's committed offsets at the input's end.
+func TestConsumerGroup848TransactSession(t *testing.T) {
+	addr, _ := newTestBroker(t, fast848)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(fxClient(t, addr))
+	if _, err := adm.CreateTopic(ctx, 4, 1, nil, "in848"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "out848"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	seed := fxClient(t, addr, kgo.DefaultProduceTopic("in848"))
+	for i := 0; i < n; i += 500 {
+		var rs []*kgo.Record
+		for j := i; j < i+500; j++ {
+			rs = append(rs, &kgo.Record{Key: []byte(strconv.Itoa(j)), Value: []byte(strconv.Itoa(j))})
+		}
+		if err := seed.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCopier := func(id int, stop <-chan struct{}, done chan<- error) {
+		sess, err := kgo.NewGroupTransactSession(
+			kgo.SeedBrokers(addr),
+			kgo.TransactionalID(fmt.Sprintf("copier848-%d", id)),
+			kgo.ConsumerGroup("eos848"),
+			kgo.ConsumeTopics("in848"),
+			kgo.Balancers(kgo.CooperativeStickyBalancer()),
+			kgo.ServerSideBalancer(),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.RequireStableFetchOffsets(),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.DefaultProduceTopic("out848"),
+			kgo.RebalanceTimeout(5*time.Second),
+			kgo.FetchMaxWait(100*time.Millisecond),
+			kgo.TransactionTimeout(20*time.Second),
+		)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer sess.Close()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			fs := sess.PollFetches(pctx)
+			pcancel()
+			if ctx.Err() != nil {
+				done <- ctx.Err()
+				return
+			}
+			if fs.Empty() {
+				continue
+			}
+			if err := sess.Begin(); err != nil {
+				done <- fmt.Errorf("begin: %w", err)
+				return
+			}
+			fs.EachRecord(func(r *kgo.Record) { sess.Produce(ctx, &kgo.Record{Key: r.Key, Value: r.Value}, nil) })
+			if _, err := sess.End(ctx, kgo.TryCommit); err != nil {
+				done <- fmt.Errorf("end: %w", err)
+				return
+			}
+		}
+	}
+	stops, dones := make([]chan struct{}, 2), make([]chan error, 2)
+	start := func(i int) {
+		stops[i], dones[i] = make(chan struct{}), make(chan error, 1)
+		go runCopier(i, stops[i], dones[i])
+	}
+	stopCopier := func(i int) {
+		close(stops[i])
+		if err := <-dones[i]; err != nil {
+			t.Fatalf("copier %d: %v", i, err)
+		}
+	}
+	outCount := func() int64 {
+		offs, err := adm.ListEndOffsets(ctx, "out848")
+		if err != nil {
+			return -1
+		}
+		var total int64
+		offs.Each(func(o kadm.ListedOffset) { total += o.Offset })
+		return total
+	}
+	start(0)
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		if c := outCount(); c < n/4 {
+			return fmt.Errorf("out has %d", c)
+		}
+		return nil
+	})
+	start(1)
+	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
+		if c := outCount(); c < n/2 {
+			return fmt.Errorf("out has %d", c)
+		}
+		return nil
+	})
+	stopCopier(0)
+	reader := fxClient(t, addr, kgo.ConsumeTopics("out848"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	seen := map[string]int{}
+	for len(seen) < n {
+		fs := reader.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("reading out: %v (have %d of %d)", err, len(seen), n)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
+	}
+	stopCopier(1)
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := reader.PollFetches(pctx)
+		pcancel()
+		if fs.Empty() {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
+	}
+	for i := 0; i < n; i++ {
+		if c := seen[strconv.Itoa(i)]; c != 1 {
+			t.Fatalf("value %d seen %d times under read_committed", i, c)
+		}
+	}
+	committed, err := adm.FetchOffsets(ctx, "eos848")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, "in848")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if c, ok := committed.Lookup("in848", o.Partition); !ok || c.At != o.Offset {
+			t.Errorf("in848/%d: committed %v, end %d", o.Partition, c.At, o.Offset)
+		}
+	})
+}
+
+// TestConsumerGroup848RegexPicksUpNewTopic: a regex subscription (resolved by the broker, RE2)
+// gets a topic created after the member joined.
+func TestConsumerGroup848RegexPicksUpNewTopic(t *testing.T) {
+	addr, _ := newTestBroker(t, fast848)
+	prod := grpClient(t, addr, kgo.ProducerLinger(0))
+	defer prod.Close()
+	adm := kadm.NewClient(prod)
+	grpCreateTopic(t, adm, "rx-a", 2)
+	got := make(chan string, 100)
+	cl := grpClient(t, addr, kgo.ConsumerGroup("rx"), kgo.ConsumeTopics("rx-.*"), kgo.ConsumeRegex(),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.ServerSideBalancer(),
+		kgo.MetadataMaxAge(300*time.Millisecond), kgo.MetadataMinAge(50*time.Millisecond),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() {
+		for {
+			fs := cl.PollFetches(ctx)
+			if fs.IsClientClosed() || ctx.Err() != nil {
+				return
+			}
+			fs.EachRecord(func(r *kgo.Record) { got <- r.Topic })
+		}
+	}()
+	if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "rx-a", Value: []byte("1")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitTopic := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case tp := <-got:
+				if tp == want {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no record of %s consumed", want)
+			}
+		}
+	}
+	waitTopic("rx-a")
+	epoch := describe848(t, prod, "rx").Epoch
+	grpCreateTopic(t, adm, "rx-b", 3)
+	grpCreateTopic(t, adm, "other", 1)
+	if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "rx-b", Value: []byte("2")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitTopic("rx-b")
+	d := describe848(t, prod, "rx")
+	if d.Epoch <= epoch {
+		t.Fatalf("group epoch %d after the new topic, was %d", d.Epoch, epoch)
+	}
+	if len(d.Members) != 1 || d.Members[0].SubscribedTopicRegex == nil {
+		t.Fatalf("members: %+v", d.Members)
+	}
+	for _, tp := range d.Members[0].TargetAssignment.TopicPartitions {
+		if tp.Topic == "other" {
+			t.Fatalf("topic other assigned to a member subscribed to rx-.*")
+		}
+	}
+}
+
+// TestConsumerGroup848StaticMemberRejoinKeepsAssignment: a static member (group.instance.id)
+// that closes (temporary leave, epoch -2) and comes back within its session gets the same
+// partitions back without a group epoch bump.
+func TestConsumerGroup848StaticMemberRejoinKeepsAssignment(t *testing.T) {
+	addr, _ := newTestBroker(t, fast848)
+	adminCl := grpClient(t, addr)
+	defer adminCl.Close()
+	grpCreateTopic(t, kadm.NewClient(adminCl), "st848", 6)
+	own := newOwnership(t)
+	mk := func(name, inst string) *kgo.Client {
+		opts := append([]kgo.Opt{kgo.ConsumerGroup("st"), kgo.ConsumeTopics("st848"), kgo.InstanceID(inst),
+			kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.ServerSideBalancer(), kgo.FetchMaxWait(100 * time.Millisecond)},
+			own.opts(name)...)
+		cl := grpClient(t, addr, opts...)
+		go func() {
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				fs := cl.PollFetches(ctx)
+				cancel()
+				if fs.IsClientClosed() {
+					return
+				}
+			}
+		}()
+		return cl
+	}
+	a := mk("a", "inst-a")
+	b := mk("b", "inst-b")
+	defer b.Close()
+	stable := func() kmsg.ConsumerGroupDescribeResponseGroup {
+		var d kmsg.ConsumerGroupDescribeResponseGroup
+		checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+			d = describe848(t, adminCl, "st")
+			if d.State != "Stable" || len(d.Members) != 2 || len(own.held("a")) != 3 || len(own.held("b")) != 3 {
+				return fmt.Errorf("state %s members %d; a holds %d, b %d", d.State, len(d.Members), len(own.held("a")), len(own.held("b")))
+			}
+			return nil
+		})
+		return d
+	}
+	before := stable()
+	heldA := own.held("a")
+	a.Close() // leaves with epoch -2: the member stays, with its partitions
+	d := describe848(t, adminCl, "st")
+	if d.Epoch != before.Epoch || len(d.Members) != 2 {
+		t.Fatalf("after the static leave: epoch %d (was %d), %d members", d.Epoch, before.Epoch, len(d.Members))
+	}
+	a2 := mk("a2", "inst-a")
+	defer a2.Close()
+	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if h := own.held("a2"); len(h) != len(heldA) {
+			return fmt.Errorf("a2 holds %v, a held %v", h, heldA)
+		}
+		return nil
+	})
+	for k := range heldA {
+		if !own.held("a2")[k] {
+			t.Fatalf("rejoined static member holds %v, before %v", own.held("a2"), heldA)
+		}
+	}
+	if d := describe848(t, adminCl, "st"); d.Epoch != before.Epoch {
+		t.Fatalf("static rejoin moved the group epoch %d → %d", before.Epoch, d.Epoch)
+	}
+}
+
+// TestConsumerGroup848SessionTimeoutExpiresMember: a member that stops heartbeating (here a raw
+// joiner) is removed after group.consumer.session.timeout.ms and a live consumer gets its
+// partitions. OffsetFetch and OffsetCommit by the expired member are refused.
+func TestConsumerGroup848SessionTimeoutExpiresMember(t *testing.T) {
+	addr, _ := newTestBroker(t, fast848, func(c *configs.Config) { c.ConsumerSessionTimeout = 1500 * time.Millisecond })
+	adminCl := grpClient(t, addr)
+	defer adminCl.Close()
+	grpCreateTopic(t, kadm.NewClient(adminCl), "sess848", 4)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	join := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	join.Group, join.MemberID, join.MemberEpoch, join.RebalanceTimeoutMillis = "sess", "ghost", 0, 5000
+	join.SubscribedTopicNames = []string{"sess848"}
+	join.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	jr, err := join.RequestWith(ctx, adminCl)
+	if err != nil || jr.ErrorCode != 0 || jr.Assignment == nil || len(jr.Assignment.Topics) != 1 || len(jr.Assignment.Topics[0].Partitions) != 4 {
+		t.Fatalf("ghost join: %v %+v", err, jr)
+	}
+	// The member epoch fences OffsetFetch v9 and OffsetCommit v9.
+	fetch := func(epoch int32) int16 {
+		req := kmsg.NewPtrOffsetFetchRequest()
+		rg := kmsg.NewOffsetFetchRequestGroup()
+		rg.Group, rg.MemberEpoch = "sess", epoch
+		id := "ghost"
+		rg.MemberID = &id
+		req.Groups = append(req.Groups, rg)
+		resp, err := req.RequestWith(ctx, adminCl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Groups[0].ErrorCode
+	}
+	commit := func(epoch int32) int16 {
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Group, req.MemberID, req.Generation = "sess", "ghost", epoch
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = "sess848"
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Offset = 0
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, adminCl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0].ErrorCode
+	}
+	if c := fetch(jr.MemberEpoch); c != 0 {
+		t.Fatalf("OffsetFetch at the member's epoch: %d", c)
+	}
+	if c := fetch(jr.MemberEpoch + 1); c != codec.CodeStaleMemberEpoch {
+		t.Fatalf("OffsetFetch at another epoch: %d, want STALE_MEMBER_EPOCH", c)
+	}
+	if c := commit(jr.MemberEpoch); c != 0 {
+		t.Fatalf("OffsetCommit at the member's epoch: %d", c)
+	}
+	if c := commit(jr.MemberEpoch + 1); c != codec.CodeStaleMemberEpoch {
+		t.Fatalf("OffsetCommit at another epoch: %d, want STALE_MEMBER_EPOCH", c)
+	}
+	own := newOwnership(t)
+	live := grpClient(t, addr, append([]kgo.Opt{kgo.ConsumerGroup("sess"), kgo.ConsumeTopics("sess848"),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.ServerSideBalancer(), kgo.FetchMaxWait(100 * time.Millisecond)},
+		own.opts("live")...)...)
+	defer live.Close()
+	go func() {
+		for {
+			fs := live.PollFetches(ctx)
+			if fs.IsClientClosed() || ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	// The ghost never revokes; once its session expires the live consumer gets everything.
+	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if n := len(own.held("live")); n != 4 {
+			return fmt.Errorf("live holds %d partitions", n)
+		}
+		return nil
+	})
+	d := describe848(t, adminCl, "sess")
+	if len(d.Members) != 1 || d.Members[0].MemberID == "ghost" {
+		t.Fatalf("members after the ghost's session expired: %+v", d.Members)
+	}
+	if c := fetch(jr.MemberEpoch); c != codec.CodeUnknownMemberID {
+		t.Fatalf("OffsetFetch by the expired member: %d, want UNKNOWN_MEMBER_ID", c)
+	}
+	hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	hb.Group, hb.MemberID, hb.MemberEpoch, hb.RebalanceTimeoutMillis = "sess", "ghost", jr.MemberEpoch, -1
+	if r, err := hb.RequestWith(ctx, adminCl); err != nil || r.ErrorCode != codec.CodeUnknownMemberID {
+		t.Fatalf("heartbeat of the expired member: %v %+v", err, r)
+	}
+}
+
+// TestConsumerGroup848ConvertsEmptyClassicGroup: a classic group whose members all left becomes a
+// consumer group on the first ConsumerGroupHeartbeat, keeping its committed offsets; a classic
+// group with members is refused GROUP_ID_NOT_FOUND.
+func TestConsumerGroup848ConvertsEmptyClassicGroup(t *testing.T) {
+	addr, _ := newTestBroker(t, fast848)
+	adminCl := grpClient(t, addr)
+	defer adminCl.Close()
+	adm := kadm.NewClient(adminCl)
+	grpCreateTopic(t, adm, "conv848", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	classic := grpClient(t, addr, kgo.ConsumerGroup("conv"), kgo.ConsumeTopics("conv848"), kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		dg, err := adm.DescribeGroups(ctx, "conv")
+		if err != nil {
+			return err
+		}
+		if dg["conv"].State != "Stable" {
+			return fmt.Errorf("classic group %s", dg["conv"].State)
+		}
+		return nil
+	})
+	join := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	join.Group, join.MemberID, join.MemberEpoch, join.RebalanceTimeoutMillis = "conv", "m848", 0, 5000
+	join.SubscribedTopicNames = []string{"conv848"}
+	join.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	if r, err := join.RequestWith(ctx, adminCl); err != nil || r.ErrorCode != codec.CodeGroupIDNotFound {
+		t.Fatalf("848 join of a classic group with members: %v %+v", err, r)
+	}
+	classic.Close()
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		r, err := adm.CommitOffsets(ctx, "conv", kadm.OffsetsFromRecords(kgo.Record{Topic: "conv848", Partition: 1, Offset: 41}))
+		if err != nil {
+			return err
+		}
+		return r.Error()
+	})
+	r, err := join.RequestWith(ctx, adminCl)
+	if err != nil || r.ErrorCode != 0 || r.MemberEpoch != 1 {
+		t.Fatalf("848 join of an empty classic group: %v %+v", err, r)
+	}
+	offs, err := adm.FetchOffsets(ctx, "conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := offs.Lookup("conv848", 1); !ok || o.At != 42 {
+		t.Fatalf("committed offset after the conversion: %+v", o)
+	}
+	if d := describe848(t, adminCl, "conv"); d.ErrorCode != 0 || len(d.Members) != 1 {
+		t.Fatalf("describe after the conversion: %+v", d)
+	}
+}
+
+// TestApiVersionsAdvertisesKIP848 guards what the Java client (group.protocol=consumer) and
+// franz-go's ServerSideBalancer look for.
+func TestApiVersionsAdvertisesKIP848(t *testing.T) {
+	addr, _ := newTestBroker(t)
+	cl := grpClient(t, addr)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int16]bool{int16(kmsg.ConsumerGroupHeartbeat): true, int16(kmsg.ConsumerGroupDescribe): true}
+	for _, k := range resp.ApiKeys {
+		if want[k.ApiKey] {
+			if k.MinVersion != 0 || k.MaxVersion != 1 {
+				t.Fatalf("key %d advertised %d..%d, want 0..1", k.ApiKey, k.MinVersion, k.MaxVersion)
+			}
+			delete(want, k.ApiKey)
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("not advertised: %v", want)
+	}
+}
