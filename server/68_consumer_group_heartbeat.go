@@ -11,7 +11,8 @@ package server
 //     INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED (group.consumer.max.size).
 //   - The heartbeat interval and session timeout are the broker's group.consumer.* settings.
 //   - The answer never waits for a rebalance: the group's goroutine answers at once.
-//   - Consumer-group state is not persisted: after a restart members rejoin (offsets are kept).
+//   - Consumer-group state (epochs, members, target and current assignments) is persisted with
+//     the offsets, so a restart or a group-shard move keeps the epochs and assignments.
 //
 // Version notes:
 //   - v0: the coordinator names a joining member; v1: the member names itself (MemberId must

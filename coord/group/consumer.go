@@ -21,9 +21,9 @@ package group
 // a classic one on a JoinGroup, as Apache allows; a group with members of the other protocol is
 // refused (online migration of a non-empty group is not done here).
 //
-// Persistence: consumer-group state (epochs, members, target assignment) is held in memory only.
-// After a restart or a shard move, members' heartbeats get GROUP_ID_NOT_FOUND or
-// UNKNOWN_MEMBER_ID and rejoin at epoch 0; committed offsets are durable as for every group.
+// Persistence (consumer_meta.go): the group epoch, target assignment and members are written to
+// the offset store (op 8) after every change, so a restart or a shard move keeps the epochs and
+// assignments.
 
 import (
 	"crypto/rand"
@@ -328,9 +328,13 @@ func (g *group) consumerHeartbeat(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatR
 		// committed offsets stay.
 		g.log.Info("empty classic group becomes a consumer group")
 		g.cg = newConsumerGroup()
+		g.cgDirty = true
 	}
 	cg := g.cg
-	defer g.publish()
+	defer func() {
+		g.persistConsumer("heartbeat")
+		g.publish()
+	}()
 	if hr.epoch == leaveEpoch || hr.epoch == leaveStaticEpoch {
 		return g.consumerLeave(hr)
 	}
@@ -353,6 +357,7 @@ func (g *group) consumerHeartbeat(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatR
 		if m.instanceID != "" {
 			cg.static[m.instanceID] = m.id
 		}
+		g.cgDirty = true
 		g.log.Info("member joined the consumer group", zap.String("member", m.id), zap.String("instance", m.instanceID))
 	} else if hr.epoch != 0 {
 		if code := m.checkEpoch(hr); code != codec.CodeNone {
@@ -364,12 +369,16 @@ func (g *group) consumerHeartbeat(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatR
 	}
 	changed := isNew
 	if hr.rebalanceTimeout != -1 {
-		m.rebalanceTimeout = time.Duration(hr.rebalanceTimeout) * time.Millisecond
+		if d := time.Duration(hr.rebalanceTimeout) * time.Millisecond; d != m.rebalanceTimeout {
+			m.rebalanceTimeout, g.cgDirty = d, true
+		}
 	}
-	if hr.rackID != nil {
-		m.rackID = *hr.rackID
+	if hr.rackID != nil && *hr.rackID != m.rackID {
+		m.rackID, g.cgDirty = *hr.rackID, true
 	}
-	m.clientID, m.clientHost = hr.clientID, hr.clientHost
+	if m.clientID != hr.clientID || m.clientHost != hr.clientHost {
+		m.clientID, m.clientHost, g.cgDirty = hr.clientID, hr.clientHost, true
+	}
 	if hr.names != nil && !equalStrings(hr.names, m.topicNames) {
 		m.topicNames, changed = hr.names, true
 	}
@@ -485,6 +494,7 @@ func (g *group) replaceStatic(old *consumerMember, newID string) *consumerMember
 			cg.holder[tp] = newID
 		}
 	}
+	g.cgDirty = true
 	g.log.Info("static member rejoined with a new member id", zap.String("instance", m.instanceID),
 		zap.String("old", old.id), zap.String("new", newID))
 	return m
@@ -521,25 +531,34 @@ func (g *group) reconcileMember(m *consumerMember, owned assignment) {
 		m.prevEpoch = m.epoch
 	}
 	wasRevoking := m.state == memberUnrevokedPartitions
+	if next.state != m.state || next.epoch != m.epoch || !next.assigned.equal(m.assigned) || !next.revoking.equal(m.revoking) {
+		g.cgDirty = true
+	}
 	cg.setHolding(m, next)
 	switch {
 	case m.state == memberUnrevokedPartitions && !wasRevoking:
-		// The member has its rebalance timeout to revoke; one that does not is fenced, so a stuck
-		// member cannot keep partitions from their new owner forever.
-		d := m.rebalanceTimeout
-		g.arm(&m.revoke, d, func() {
-			if cg != g.cg || cg.members[m.id] != m || m.state != memberUnrevokedPartitions {
-				return
-			}
-			g.log.Info("member did not revoke its partitions within the rebalance timeout; fencing it",
-				zap.String("member", m.id), zap.Duration("timeout", d))
-			mConsumerFenced.Inc()
-			g.removeConsumerMember(m, "rebalance timeout of member "+m.id+" expired")
-			g.publish()
-		})
+		g.armRevocation(m)
 	case m.state != memberUnrevokedPartitions:
 		g.stop(&m.revoke)
 	}
+}
+
+// armRevocation gives m its rebalance timeout to revoke; a member that does not is fenced, so a
+// stuck member cannot keep partitions from their new owner forever.
+func (g *group) armRevocation(m *consumerMember) {
+	cg := g.cg
+	d := m.rebalanceTimeout
+	g.arm(&m.revoke, d, func() {
+		if cg != g.cg || cg.members[m.id] != m || m.state != memberUnrevokedPartitions {
+			return
+		}
+		g.log.Info("member did not revoke its partitions within the rebalance timeout; fencing it",
+			zap.String("member", m.id), zap.Duration("timeout", d))
+		mConsumerFenced.Inc()
+		g.removeConsumerMember(m, "rebalance timeout of member "+m.id+" expired")
+		g.persistConsumer("member fenced")
+		g.publish()
+	})
 }
 
 // setHolding records m's new state and which partitions it holds.
@@ -577,6 +596,7 @@ func (g *group) armSession(m *consumerMember) {
 		g.log.Info("consumer group member session expired", zap.String("member", m.id), zap.Duration("timeout", d))
 		mMembersExpired.Inc()
 		g.removeConsumerMember(m, "session of member "+m.id+" expired")
+		g.persistConsumer("member session expired")
 		g.publish()
 	})
 }
@@ -609,6 +629,7 @@ func (g *group) consumerLeave(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatRespo
 		if m.epoch != leaveStaticEpoch {
 			m.prevEpoch = m.epoch
 			m.epoch = leaveStaticEpoch
+			g.cgDirty = true
 		}
 		g.stop(&m.revoke)
 		g.log.Info("static member left temporarily", zap.String("member", m.id), zap.String("instance", m.instanceID))
@@ -631,6 +652,7 @@ func (g *group) removeConsumerMember(m *consumerMember, reason string) {
 	if m.instanceID != "" && cg.static[m.instanceID] == m.id {
 		delete(cg.static, m.instanceID)
 	}
+	g.cgDirty = true
 	topics := g.c.topicSnapshot()
 	cg.subscribed = cg.resolveSubscriptions(topics)
 	g.bumpConsumerEpoch(topics, reason)
@@ -640,6 +662,7 @@ func (g *group) removeConsumerMember(m *consumerMember, reason string) {
 func (g *group) bumpConsumerEpoch(topics *topicSnapshot, reason string) {
 	cg := g.cg
 	cg.epoch++
+	g.cgDirty = true
 	mConsumerEpochBumps.Inc()
 	name := g.preferredAssignor()
 	as := assignorByName(name)
@@ -977,6 +1000,7 @@ func (g *group) consumerAdminLeave(memberID, instanceID, reason string) int16 {
 	}
 	g.log.Info("member removed from the consumer group by LeaveGroup", zap.String("member", m.id), zap.String("reason", reason))
 	g.removeConsumerMember(m, "member "+m.id+" removed by LeaveGroup")
+	g.persistConsumer("member removed by LeaveGroup")
 	g.publish()
 	return codec.CodeNone
 }

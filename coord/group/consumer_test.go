@@ -407,3 +407,44 @@ func TestConsumerHeartbeatValidation(t *testing.T) {
 		t.Fatalf("ListGroups: %+v", ls)
 	}
 }
+
+// TestConsumerGroupSurvivesRestart: the group epoch, member epochs and assignments come back
+// after a restart, so members go on heartbeating and committing at their epochs.
+func TestConsumerGroupSurvivesRestart(t *testing.T) {
+	t1 := tid(1)
+	ch := newCGHarness(t, TopicInfo{Name: "t", ID: t1, Partitions: 4})
+	ra := ch.hb(cgJoinReq("a", "t"))
+	rb := ch.hb(cgJoinReq("b", "t"))
+	ra = ch.hb(hbReq("a", ra.MemberEpoch, respAssignment(ra)))
+	keptA := respAssignment(ra)
+	ra = ch.hb(hbReq("a", ra.MemberEpoch, keptA))
+	rb = ch.hb(hbReq("b", rb.MemberEpoch, assignment{}))
+	gotB := respAssignment(rb)
+	if ra.MemberEpoch != 2 || rb.MemberEpoch != 2 || keptA.size() != 2 || gotB.size() != 2 {
+		t.Fatalf("before restart: a at %d with %v, b at %d with %v", ra.MemberEpoch, keptA, rb.MemberEpoch, gotB)
+	}
+	before := ch.describe(t)
+	ch.restart()
+	after := ch.describe(t)
+	if after.Epoch != before.Epoch || after.AssignmentEpoch != before.AssignmentEpoch || len(after.Members) != 2 || after.State != "Stable" {
+		t.Fatalf("after restart: %+v, before %+v", after, before)
+	}
+	// Heartbeats at the members' epochs go on without a fence; a full heartbeat gets the same
+	// assignment back.
+	full := hbReq("b", 2, gotB)
+	full.RebalanceTimeoutMillis = 60000
+	full.SubscribedTopicNames = []string{"t"}
+	r := ch.hb(full)
+	if r.ErrorCode != 0 || r.MemberEpoch != 2 || !respAssignment(r).equal(gotB) {
+		t.Fatalf("b after restart: code %d epoch %d assignment %v", r.ErrorCode, r.MemberEpoch, respAssignment(r))
+	}
+	done := make(chan int16, 1)
+	ch.c.CommitOffsets(Commit{Group: "g", Generation: 2, MemberID: "a", Version: 9},
+		[]storage.GroupOffset{{Topic: "t", Partition: keptA.parts()[0].partition, Offset: 3}}, func(c int16) { done <- c })
+	if c := <-done; c != 0 {
+		t.Fatalf("commit at a's epoch after restart: %d", c)
+	}
+	if d := ch.describe(t); d.Epoch != before.Epoch {
+		t.Fatalf("the group epoch moved after the restart: %d → %d", before.Epoch, d.Epoch)
+	}
+}

@@ -50,6 +50,10 @@ type Store interface {
 	// GroupMeta reads the durable one (meta.go).
 	StoreGroupMetaAsync(group string, m *storage.GroupMeta, done func(error))
 	GroupMeta(group string) (*storage.GroupMeta, bool)
+	// StoreConsumerGroupAsync durably records a KIP-848 consumer group's state (nil: the
+	// tombstone); ConsumerGroup reads the durable one (consumer_meta.go).
+	StoreConsumerGroupAsync(group string, m *storage.ConsumerGroupMeta, done func(error))
+	ConsumerGroup(group string) (*storage.ConsumerGroupMeta, bool)
 }
 
 // Config holds the group.* broker settings.
@@ -136,7 +140,8 @@ func New(cfg Config, store Store, log *zap.Logger) *Coordinator {
 		}
 		c.mu.Lock()
 		for _, id := range store.Groups() {
-			if _, ok := store.GroupMeta(id); ok {
+			_, classic := store.GroupMeta(id)
+			if _, consumer := store.ConsumerGroup(id); classic || consumer {
 				c.groups[id] = c.materialize(id)
 			}
 		}

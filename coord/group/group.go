@@ -174,6 +174,8 @@ type group struct {
 	// cg is set while the group is a KIP-848 consumer group (consumer.go); the classic state
 	// above is then Empty with no members.
 	cg *consumerGroup
+	// cgDirty: the consumer-group state (or its removal) is not yet written (consumer_meta.go).
+	cgDirty bool
 
 	join           timer
 	initialDelay   bool // the join timer is an InitialDelayedJoin (cannot complete early)
@@ -705,6 +707,7 @@ func (g *group) validateMember(memberID, instanceID string) int16 {
 // NOT_COORDINATOR (coordinator shutdown or shard release).
 func (g *group) unload() {
 	g.persistFinal()
+	g.persistConsumerFinal()
 	if g.cg != nil {
 		g.cg.unload(g)
 	}

@@ -166,6 +166,8 @@ func (g *group) handleJoin(jr *joinReq) {
 		g.log.Info("empty consumer group becomes a classic group")
 		g.cg.unload(g)
 		g.cg = nil
+		g.cgDirty = true
+		g.persistConsumer("converted to a classic group")
 		g.publish()
 	}
 	if !g.acceptJoiningMember(jr.memberID) {
