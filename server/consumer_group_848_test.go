@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/group"
 )
 
 // fast848 makes KIP-848 heartbeats quick in tests (the broker sets the interval).
@@ -83,6 +85,13 @@ func (o *ownership) held(name string) map[string]bool {
 		}
 	}
 	return out
+}
+
+// assignments is how many times name was assigned partitions.
+func (o *ownership) assignments(name string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.assign[name]
 }
 
 func (o *ownership) total() int {
@@ -195,8 +204,9 @@ func TestConsumerGroup848MembersJoinAndLeave(t *testing.T) {
 				}
 				return nil
 			})
-			if own.assign["c1"] == 0 || own.assign["c2"] == 0 || own.assign["c3"] == 0 {
-				t.Fatalf("assignments per consumer: %v", own.assign)
+			if own.assignments("c1") == 0 || own.assignments("c2") == 0 || own.assignments("c3") == 0 {
+				t.Fatalf("a consumer was never assigned anything: c1 %d, c2 %d, c3 %d",
+					own.assignments("c1"), own.assignments("c2"), own.assignments("c3"))
 			}
 			// DescribeGroups and ListGroups see a consumer group.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -690,5 +700,72 @@ func TestApiVersionsAdvertisesKIP848(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Fatalf("not advertised: %v", want)
+	}
+}
+
+// TestGroupShardReleaseReloadKeepsConsumerGroupEpoch: a KIP-848 consumer rides out a release and
+// reload of its group's shard (what a coordinator move does) with the same member id, member
+// epoch and partitions: the consumer group's state is written at release and restored at load.
+func TestGroupShardReleaseReloadKeepsConsumerGroupEpoch(t *testing.T) {
+	cfg := testConfig(t)
+	fast848(&cfg)
+	tb := startTestBroker(t, cfg)
+	defer tb.stop(t)
+	addr := tb.srv.Addr().String()
+	admCl := grpClient(t, addr)
+	defer admCl.Close()
+	grpCreateTopic(t, kadm.NewClient(admCl), "t848", 3)
+	const grp = "keeps-epoch"
+	own := newOwnership(t)
+	reqs := &requestCounter{}
+	cl := grpClient(t, addr, append([]kgo.Opt{kgo.ConsumerGroup(grp), kgo.ConsumeTopics("t848"),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.ServerSideBalancer(), kgo.WithHooks(reqs)},
+		own.opts("c")...)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	}()
+	defer func() { cancel(); cl.Close(); <-polled }()
+	var before kmsg.ConsumerGroupDescribeResponseGroup
+	checkFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		before = describe848(t, admCl, grp)
+		if before.State != "Stable" || len(own.held("c")) != 3 {
+			return fmt.Errorf("group %s, consumer holds %d", before.State, len(own.held("c")))
+		}
+		return nil
+	})
+	member0, epoch0 := cl.GroupMetadata()
+	assigned0 := own.assignments("c")
+	shard := group.ShardFor(grp)
+	released := make(chan error, 1)
+	tb.Groups.ReleaseShard(shard, func(err error) { released <- err })
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	loaded := make(chan error, 1)
+	tb.Groups.LoadShard(shard, 2, func(err error) { loaded <- err })
+	if err := <-loaded; err != nil {
+		t.Fatal(err)
+	}
+	hb0 := reqs.get(int16(kmsg.ConsumerGroupHeartbeat))
+	checkFor(t, 20*time.Second, 5*time.Millisecond, func() error {
+		if reqs.get(int16(kmsg.ConsumerGroupHeartbeat)) < hb0+5 {
+			return errors.New("fewer than 5 heartbeats since the reload")
+		}
+		return nil
+	})
+	if m, e := cl.GroupMetadata(); m != member0 || e != epoch0 {
+		t.Fatalf("after the reload: member %s epoch %d, before: %s %d", m, e, member0, epoch0)
+	}
+	if assigned := own.assignments("c"); assigned != assigned0 || len(own.held("c")) != 3 {
+		t.Fatalf("the consumer was reassigned: %d assignments (before %d), holds %d", assigned, assigned0, len(own.held("c")))
+	}
+	after := describe848(t, admCl, grp)
+	if after.Epoch != before.Epoch || after.State != "Stable" || len(after.Members) != 1 || after.Members[0].MemberID != member0 {
+		t.Fatalf("after the reload: %+v, before %+v", after, before)
 	}
 }
