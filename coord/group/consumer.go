@@ -78,6 +78,7 @@ type consumerGroup struct {
 	target          map[string]assignment // member id → target assignment
 	holder          map[topicPart]string  // partition → member holding it (assigned or revoking)
 	subscribed      map[string]topicMeta  // subscribed topic name → its metadata at the last epoch bump
+	topicsPrint     uint64                // fingerprint of the topic list subscriptions were last resolved against
 	nextSeq         uint64
 }
 
@@ -332,8 +333,10 @@ func (g *group) consumerHeartbeat(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatR
 	}
 	cg := g.cg
 	defer func() {
-		g.persistConsumer("heartbeat")
-		g.publish()
+		if g.cgDirty {
+			g.persistConsumer("heartbeat")
+			g.publish()
+		}
 	}()
 	if hr.epoch == leaveEpoch || hr.epoch == leaveStaticEpoch {
 		return g.consumerLeave(hr)
@@ -391,9 +394,14 @@ func (g *group) consumerHeartbeat(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatR
 	if hr.assignor != nil && *hr.assignor != m.serverAssignor {
 		m.serverAssignor, changed = *hr.assignor, true
 	}
-	if sub := cg.resolveSubscriptions(topics); changed || !equalMeta(sub, cg.subscribed) {
-		cg.subscribed = sub
-		g.bumpConsumerEpoch(topics, "member "+m.id+" joined or changed its subscription, or subscribed topics changed")
+	// Subscriptions are resolved again only when they or the topics changed: a regex is matched
+	// against every topic, which is too much work for every heartbeat of every member.
+	if changed || topics.print != cg.topicsPrint {
+		cg.topicsPrint = topics.print
+		if sub := cg.resolveSubscriptions(topics); changed || !equalMeta(sub, cg.subscribed) {
+			cg.subscribed = sub
+			g.bumpConsumerEpoch(topics, "member "+m.id+" joined or changed its subscription, or subscribed topics changed")
+		}
 	}
 	before := m.assigned
 	owned := hr.owned
@@ -759,11 +767,13 @@ func equalStrings(a, b []string) bool {
 	return true
 }
 
-// topicSnapshot is the topics at one moment, by name and by id.
+// topicSnapshot is the topics at one moment, by name and by id, with a fingerprint of the list
+// (FNV-1a over every name, id and partition count) that changes whenever any of them does.
 type topicSnapshot struct {
 	list   []TopicInfo
 	byName map[string]TopicInfo
 	byID   map[topicID]string
+	print  uint64
 }
 
 func (c *Coordinator) topicSnapshot() *topicSnapshot {
@@ -771,10 +781,23 @@ func (c *Coordinator) topicSnapshot() *topicSnapshot {
 	if c.cfg.Topics != nil {
 		s.list = c.cfg.Topics()
 	}
+	h := uint64(14695981039346656037)
+	mix := func(b byte) { h = (h ^ uint64(b)) * 1099511628211 }
 	for _, t := range s.list {
 		s.byName[t.Name] = t
 		s.byID[t.ID] = t.Name
+		for i := 0; i < len(t.Name); i++ {
+			mix(t.Name[i])
+		}
+		mix(0)
+		for _, b := range t.ID {
+			mix(b)
+		}
+		for k := 0; k < 32; k += 8 {
+			mix(byte(t.Partitions >> k))
+		}
 	}
+	s.print = h
 	return s
 }
 

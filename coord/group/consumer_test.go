@@ -448,3 +448,20 @@ func TestConsumerGroupSurvivesRestart(t *testing.T) {
 		t.Fatalf("the group epoch moved after the restart: %d → %d", before.Epoch, d.Epoch)
 	}
 }
+
+// TestConsumerGroupRebalancesOnAddedPartitions: partitions added to a subscribed topic move the
+// group epoch and reach the members.
+func TestConsumerGroupRebalancesOnAddedPartitions(t *testing.T) {
+	t1 := tid(1)
+	ch := newCGHarness(t, TopicInfo{Name: "t", ID: t1, Partitions: 2})
+	r := ch.hb(cgJoinReq("a", "t"))
+	if r.MemberEpoch != 1 || respAssignment(r).size() != 2 {
+		t.Fatalf("join: %+v", r)
+	}
+	// Safe without a lock: hb waits for each answer, so the group goroutine is not reading.
+	ch.topics = []TopicInfo{{Name: "t", ID: t1, Partitions: 5}}
+	r = ch.hb(hbReq("a", 1, respAssignment(r)))
+	if r.ErrorCode != 0 || r.MemberEpoch != 2 || respAssignment(r).size() != 5 {
+		t.Fatalf("after partitions were added: code %d epoch %d assignment %v", r.ErrorCode, r.MemberEpoch, respAssignment(r))
+	}
+}

@@ -7,26 +7,23 @@ package group
 // heartbeat's owned Topics) that it no longer holds it: revoke before assign, so no partition is
 // ever consumed by two members at once.
 //
-//	                   target epoch > member epoch
-//	            ┌──────────────────────────────────────────────┐
-//	            │                                              ▼
-//	      ┌──────────┐   nothing to revoke, every   ┌──────────────────────┐
-//	 ───▶ │  Stable  │ ◀─ new partition is free ─── │  (compute the next   │
-//	      └──────────┘                              │   assignment)        │
-//	            ▲                                   └──────────────────────┘
-//	            │ all free now                        │ some held        │ some new partitions
-//	            │                                     │ partitions are   │ are still owned
-//	┌────────────────────────┐ ◀─ revoked, but ──────│ not in the target│ by another member
-//	│ UnreleasedPartitions   │    some new ones      ▼                  ▼
-//	│ (epoch = target; waits │    are not free  ┌─────────────────────┐ (UnreleasedPartitions)
-//	│  for others to revoke) │ ◀─────────────── │ UnrevokedPartitions │
-//	└────────────────────────┘                  │ (epoch unchanged;   │
-//	                                            │  assigned = kept;   │
-//	                                            │  waits for the      │
-//	                                            │  member to revoke,  │
-//	                                            │  at most its        │
-//	                                            │  rebalance timeout) │
-//	                                            └─────────────────────┘
+//	compute (nextAssignment) leads to one of three states (left); each goes back to compute on
+//	its trigger (right):
+//
+//	  nothing to revoke and  ┌──────────┐  a heartbeat while the target epoch   ──▶ compute
+//	  every new one free ──▶ │  Stable  │  is above the member epoch
+//	  (epoch = target)       └──────────┘
+//
+//	  something to revoke    ┌─────────────────────┐  a heartbeat whose owned partitions ──▶ compute
+//	  (epoch unchanged;  ──▶ │ UnrevokedPartitions │  hold none of the revoked ones
+//	  assigned = kept)       └─────────────────────┘
+//	                           │ rebalance timeout: the member is fenced (removed)
+//	                           ▼
+//	                         (gone; its partitions are free)
+//
+//	  new ones still held    ┌──────────────────────┐  every heartbeat (the holders may ──▶ compute
+//	  by others          ──▶ │ UnreleasedPartitions │  have released them)
+//	  (epoch = target)       └──────────────────────┘
 //
 // The member epoch only moves to the target epoch once nothing is left to revoke: a member's
 // epoch says "I hold exactly what the target of this epoch gives me, or a subset while others
