@@ -535,7 +535,7 @@ func TestConsumerGroup848StaticMemberRejoinKeepsAssignment(t *testing.T) {
 // joiner) is removed after group.consumer.session.timeout.ms and a live consumer gets its
 // partitions. OffsetFetch and OffsetCommit by the expired member are refused.
 func TestConsumerGroup848SessionTimeoutExpiresMember(t *testing.T) {
-	addr, _ := newTestBroker(t, fast848, func(c *configs.Config) { c.ConsumerSessionTimeout = 1500 * time.Millisecond })
+	addr, _ := newTestBroker(t, fast848, func(c *configs.Config) { c.ConsumerSessionTimeout = 3 * time.Second })
 	adminCl := grpClient(t, addr)
 	defer adminCl.Close()
 	grpCreateTopic(t, kadm.NewClient(adminCl), "sess848", 4)
