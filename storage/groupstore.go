@@ -219,7 +219,7 @@ type gsOp struct {
 	// transactional ops
 	pid        int64
 	epoch      int16
-	superseded []bool     // stage only, parallel to offs; nil = none (only compaction writes them)
+	superseded []bool             // stage only, parallel to offs; nil = none (only compaction writes them)
 	meta       *GroupMeta         // groupMeta only; nil = tombstone
 	cmeta      *ConsumerGroupMeta // consumerGroupMeta only; nil = tombstone
 	// cluster mode: the op's shard, and the epoch and seq the writer stamps it with
