@@ -3,8 +3,9 @@ package server
 // ConsumerGroupHeartbeat: v0-1
 //
 // Behavior:
-//   - KIP-848: READ on the group (GROUP_AUTHORIZATION_FAILED) and ownership (NOT_COORDINATOR)
-//     here; the rest is coord/group (consumer.go): joins (member epoch 0), leaves (-1, and -2 for
+//   - KIP-848: READ on the group (GROUP_AUTHORIZATION_FAILED), DESCRIBE on every topic subscribed
+//     by name (TOPIC_AUTHORIZATION_FAILED) and ownership (NOT_COORDINATOR) here; topics a regex
+//     matches are not filtered by the member's ACLs (Apache 4.1 filters them). The rest is coord/group (consumer.go): joins (member epoch 0), leaves (-1, and -2 for
 //     a static member's temporary leave), reconciliation towards the server-side assignor's
 //     target (uniform or range, group.consumer.assignors), FENCED_MEMBER_EPOCH,
 //     UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
@@ -28,7 +29,18 @@ func init() { register(kmsg.ConsumerGroupHeartbeat, 0, 1, handleConsumerGroupHea
 
 func handleConsumerGroupHeartbeat(rc *reqCtx) (kmsg.Response, error) {
 	req := rc.req.(*kmsg.ConsumerGroupHeartbeatRequest)
-	if code := rc.groupGate(OpRead, req.Group); code != codec.CodeNone {
+	code := rc.groupGate(OpRead, req.Group)
+	if code == codec.CodeNone {
+		// Apache: a member may only subscribe by name to topics it may DESCRIBE, so the group
+		// cannot tell it about topics it is not allowed to see.
+		for _, t := range req.SubscribedTopicNames {
+			if !rc.authorized(OpDescribe, ResTopic, t) {
+				code = codec.CodeTopicAuthorizationFailed
+				break
+			}
+		}
+	}
+	if code != codec.CodeNone {
 		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
 		resp.ErrorCode, resp.MemberEpoch = code, -1
 		return resp, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
+	"github.com/kaas-go/kaas/coord/acl"
 	"github.com/kaas-go/kaas/coord/group"
 )
 
@@ -767,5 +768,46 @@ func TestGroupShardReleaseReloadKeepsConsumerGroupEpoch(t *testing.T) {
 	after := describe848(t, admCl, grp)
 	if after.Epoch != before.Epoch || after.State != "Stable" || len(after.Members) != 1 || after.Members[0].MemberID != member0 {
 		t.Fatalf("after the reload: %+v, before %+v", after, before)
+	}
+}
+
+// TestConsumerGroup848ACLs: ConsumerGroupHeartbeat needs READ on the group and DESCRIBE on every
+// topic subscribed by name; ConsumerGroupDescribe needs DESCRIBE on the group.
+func TestConsumerGroup848ACLs(t *testing.T) {
+	ab := startACLBroker(t, testConfig(t))
+	t.Cleanup(func() { ab.stop(t) })
+	if _, err := ab.store.CreateTopic("t", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	const p = "User:member"
+	rc := ab.who.raw(t, ab.addr, p)
+	join := func() int16 {
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.Version, req.Group, req.MemberID, req.RebalanceTimeoutMillis = 1, "g", "m", 5000
+		req.SubscribedTopicNames = []string{"t"}
+		req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		return fxRoundTrip[*kmsg.ConsumerGroupHeartbeatResponse](t, rc, req).ErrorCode
+	}
+	describe := func() int16 {
+		req := kmsg.NewPtrConsumerGroupDescribeRequest()
+		req.Version, req.Groups = 1, []string{"g"}
+		return fxRoundTrip[*kmsg.ConsumerGroupDescribeResponse](t, rc, req).Groups[0].ErrorCode
+	}
+	if c := join(); c != codec.CodeGroupAuthorizationFailed {
+		t.Fatalf("join without READ on the group: %d", c)
+	}
+	if c := describe(); c != codec.CodeGroupAuthorizationFailed {
+		t.Fatalf("describe without DESCRIBE on the group: %d", c)
+	}
+	ab.grant(t, allow(acl.ResourceGroup, "g", p, acl.OpRead))
+	if c := join(); c != codec.CodeTopicAuthorizationFailed {
+		t.Fatalf("join without DESCRIBE on the topic: %d", c)
+	}
+	ab.grant(t, allow(acl.ResourceTopic, "t", p, acl.OpDescribe))
+	if c := join(); c != codec.CodeNone {
+		t.Fatalf("join with the ACLs: %d", c)
+	}
+	if c := describe(); c != codec.CodeNone {
+		t.Fatalf("describe with READ (which implies DESCRIBE) on the group: %d", c)
 	}
 }
