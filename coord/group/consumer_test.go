@@ -465,3 +465,32 @@ func TestConsumerGroupRebalancesOnAddedPartitions(t *testing.T) {
 		t.Fatalf("after partitions were added: code %d epoch %d assignment %v", r.ErrorCode, r.MemberEpoch, respAssignment(r))
 	}
 }
+
+// TestConsumerMemberFencedWhenRevocationTimesOut: a member that does not revoke within its
+// rebalance timeout is removed, and the partitions go to the member waiting for them.
+func TestConsumerMemberFencedWhenRevocationTimesOut(t *testing.T) {
+	t1 := tid(1)
+	ch := newCGHarness(t, TopicInfo{Name: "t", ID: t1, Partitions: 2})
+	slow := cgJoinReq("slow", "t")
+	slow.RebalanceTimeoutMillis = 100
+	rs := ch.hb(slow)
+	ch.hb(cgJoinReq("b", "t"))
+	// slow learns it must give one partition up, and never does.
+	if r := ch.hb(hbReq("slow", rs.MemberEpoch, respAssignment(rs))); respAssignment(r).size() != 1 {
+		t.Fatalf("slow was not asked to revoke: %v", respAssignment(r))
+	}
+	poll(t, func() error {
+		d := ch.describe(t)
+		if len(d.Members) != 1 || d.Members[0].MemberID != "b" {
+			return fmt.Errorf("members %d", len(d.Members))
+		}
+		return nil
+	})
+	r := ch.hb(hbReq("b", 2, assignment{}))
+	if r.ErrorCode != 0 || respAssignment(r).size() != 2 {
+		t.Fatalf("b after slow was fenced: code %d epoch %d assignment %v", r.ErrorCode, r.MemberEpoch, respAssignment(r))
+	}
+	if r := ch.hb(hbReq("slow", rs.MemberEpoch, nil)); r.ErrorCode != codec.CodeUnknownMemberID {
+		t.Fatalf("fenced member's heartbeat: %d, want UNKNOWN_MEMBER_ID", r.ErrorCode)
+	}
+}
