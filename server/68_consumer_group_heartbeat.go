@@ -4,8 +4,9 @@ package server
 //
 // Behavior:
 //   - KIP-848: READ on the group (GROUP_AUTHORIZATION_FAILED), DESCRIBE on every topic subscribed
-//     by name (TOPIC_AUTHORIZATION_FAILED) and ownership (NOT_COORDINATOR) here; topics a regex
-//     matches are not filtered by the member's ACLs (Apache 4.1 filters them). The rest is coord/group (consumer.go): joins (member epoch 0), leaves (-1, and -2 for
+//     by name (TOPIC_AUTHORIZATION_FAILED) and ownership (NOT_COORDINATOR) here; a regex only
+//     resolves to topics the member may DESCRIBE (re-resolved when subscriptions or topics
+//     change, not when ACLs do). The rest is coord/group (consumer.go): joins (member epoch 0), leaves (-1, and -2 for
 //     a static member's temporary leave), reconciliation towards the server-side assignor's
 //     target (uniform or range, group.consumer.assignors), FENCED_MEMBER_EPOCH,
 //     UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
@@ -49,8 +50,11 @@ func handleConsumerGroupHeartbeat(rc *reqCtx) (kmsg.Response, error) {
 	if rc.hdr.ClientID != nil {
 		clientID = *rc.hdr.ClientID
 	}
+	// The regex's ACL filter keeps the principal, not the request (which is gone once answered).
+	authz, principal, host := rc.s.deps.Authz, rc.c.principal(), rc.c.host()
+	canDescribe := func(topic string) bool { return authz.Authorize(principal, host, OpDescribe, ResTopic, topic) }
 	rc.deferReply()
-	rc.s.deps.Groups.ConsumerGroupHeartbeat(req, clientID, rc.clientHost(), func(resp *kmsg.ConsumerGroupHeartbeatResponse) {
+	rc.s.deps.Groups.ConsumerGroupHeartbeat(req, clientID, rc.clientHost(), canDescribe, func(resp *kmsg.ConsumerGroupHeartbeatResponse) {
 		rc.reply(resp)
 	})
 	return nil, nil

@@ -772,12 +772,15 @@ func TestGroupShardReleaseReloadKeepsConsumerGroupEpoch(t *testing.T) {
 }
 
 // TestConsumerGroup848ACLs: ConsumerGroupHeartbeat needs READ on the group and DESCRIBE on every
-// topic subscribed by name; ConsumerGroupDescribe needs DESCRIBE on the group.
+// topic subscribed by name, a regex resolves only to topics the member may DESCRIBE, and
+// ConsumerGroupDescribe needs DESCRIBE on the group.
 func TestConsumerGroup848ACLs(t *testing.T) {
 	ab := startACLBroker(t, testConfig(t))
 	t.Cleanup(func() { ab.stop(t) })
-	if _, err := ab.store.CreateTopic("t", 1, nil); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"t", "t-hidden"} {
+		if _, err := ab.store.CreateTopic(name, 1, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const p = "User:member"
 	rc := ab.who.raw(t, ab.addr, p)
@@ -809,5 +812,27 @@ func TestConsumerGroup848ACLs(t *testing.T) {
 	}
 	if c := describe(); c != codec.CodeNone {
 		t.Fatalf("describe with READ (which implies DESCRIBE) on the group: %d", c)
+	}
+	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	re := "t.*"
+	req.Version, req.Group, req.MemberID, req.RebalanceTimeoutMillis, req.SubscribedTopicRegex = 1, "g", "rx", 5000, &re
+	req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	if r := fxRoundTrip[*kmsg.ConsumerGroupHeartbeatResponse](t, rc, req); r.ErrorCode != 0 {
+		t.Fatalf("regex join: %d", r.ErrorCode)
+	}
+	dreq := kmsg.NewPtrConsumerGroupDescribeRequest()
+	dreq.Version, dreq.Groups = 1, []string{"g"}
+	d := fxRoundTrip[*kmsg.ConsumerGroupDescribeResponse](t, rc, dreq).Groups[0]
+	assigned := 0
+	for _, m := range d.Members {
+		for _, tp := range m.TargetAssignment.TopicPartitions {
+			if tp.Topic != "t" {
+				t.Fatalf("member %s is assigned %s, which it may not describe", m.MemberID, tp.Topic)
+			}
+			assigned += len(tp.Partitions)
+		}
+	}
+	if len(d.Members) != 2 || assigned != 1 {
+		t.Fatalf("%d members, %d partitions of t assigned", len(d.Members), assigned)
 	}
 }

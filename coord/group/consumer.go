@@ -95,6 +95,7 @@ type consumerMember struct {
 	regex                                        string
 	re                                           *regexp.Regexp
 	serverAssignor                               string
+	canDescribe                                  func(string) bool // the regex's ACL filter; nil = every topic
 	reconcileState
 	prevEpoch int32
 	session   timer
@@ -152,6 +153,7 @@ type cgHeartbeat struct {
 	ownedSet         bool // Topics was sent
 	clientID         string
 	clientHost       string
+	canDescribe      func(string) bool
 }
 
 // full reports a heartbeat that carries everything (Apache isFullRequest): its answer carries
@@ -229,9 +231,11 @@ func (c *Coordinator) hasAssignor(name string) bool {
 }
 
 // ConsumerGroupHeartbeat serves ConsumerGroupHeartbeat v0-1. clientHost is reported by the
-// describe APIs. reply is called exactly once, from the group's goroutine; nothing from req is
-// kept without copying.
-func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest, clientID, clientHost string, reply func(*kmsg.ConsumerGroupHeartbeatResponse)) {
+// describe APIs. canDescribe reports whether the member's principal may DESCRIBE a topic: a
+// regex subscription only resolves to those (Apache 4.1); nil allows every topic. It is kept with
+// the member and called from the group's goroutine. reply is called exactly once, from the
+// group's goroutine; nothing from req is kept without copying.
+func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatRequest, clientID, clientHost string, canDescribe func(topic string) bool, reply func(*kmsg.ConsumerGroupHeartbeatResponse)) {
 	if code, msg := c.validateConsumerHeartbeat(req); code != codec.CodeNone {
 		reply(cghResp(req.Version, code, msg))
 		return
@@ -244,6 +248,7 @@ func (c *Coordinator) ConsumerGroupHeartbeat(req *kmsg.ConsumerGroupHeartbeatReq
 		rebalanceTimeout: req.RebalanceTimeoutMillis,
 		clientID:         clientID,
 		clientHost:       clientHost,
+		canDescribe:      canDescribe,
 	}
 	if req.RackID != nil {
 		r := strings.Clone(*req.RackID)
@@ -382,6 +387,7 @@ func (g *group) consumerHeartbeat(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatR
 	if m.clientID != hr.clientID || m.clientHost != hr.clientHost {
 		m.clientID, m.clientHost, g.cgDirty = hr.clientID, hr.clientHost, true
 	}
+	m.canDescribe = hr.canDescribe
 	if hr.names != nil && !equalStrings(hr.names, m.topicNames) {
 		m.topicNames, changed = hr.names, true
 	}
@@ -711,7 +717,8 @@ func (g *group) preferredAssignor() string {
 }
 
 // subscribedTopics lists the existing topics m subscribes to, by name or regex (RE2, matched
-// against the whole name as Apache's Pattern.matches).
+// against the whole name as Apache's Pattern.matches; only topics the member may DESCRIBE, as of
+// its last heartbeat; a restored member matches every topic until it heartbeats).
 func (m *consumerMember) subscribedTopics(topics *topicSnapshot) []string {
 	var out []string
 	for _, n := range m.topicNames {
@@ -721,7 +728,8 @@ func (m *consumerMember) subscribedTopics(topics *topicSnapshot) []string {
 	}
 	if m.re != nil {
 		for _, t := range topics.list {
-			if loc := m.re.FindStringIndex(t.Name); loc != nil && loc[0] == 0 && loc[1] == len(t.Name) {
+			if loc := m.re.FindStringIndex(t.Name); loc != nil && loc[0] == 0 && loc[1] == len(t.Name) &&
+				(m.canDescribe == nil || m.canDescribe(t.Name)) {
 				out = append(out, t.Name)
 			}
 		}

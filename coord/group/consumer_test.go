@@ -205,7 +205,7 @@ func (ch *cgHarness) hb(req *kmsg.ConsumerGroupHeartbeatRequest) *kmsg.ConsumerG
 		req.Group = "g"
 	}
 	ch2 := make(chan *kmsg.ConsumerGroupHeartbeatResponse, 1)
-	ch.c.ConsumerGroupHeartbeat(req, "client", "/127.0.0.1", func(r *kmsg.ConsumerGroupHeartbeatResponse) { ch2 <- r })
+	ch.c.ConsumerGroupHeartbeat(req, "client", "/127.0.0.1", nil, func(r *kmsg.ConsumerGroupHeartbeatResponse) { ch2 <- r })
 	select {
 	case r := <-ch2:
 		return r
