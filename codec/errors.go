@@ -98,6 +98,11 @@ const (
 	CodeInconsistentClusterID           int16 = 104
 	CodeTransactionalIDNotFound         int16 = 105
 	CodeFetchSessionTopicIDError        int16 = 106
+	CodeFencedMemberEpoch               int16 = 110 // KIP-848
+	CodeUnreleasedInstanceID            int16 = 111 // KIP-848
+	CodeUnsupportedAssignor             int16 = 112 // KIP-848
+	CodeStaleMemberEpoch                int16 = 113 // KIP-848
 	CodeUnsupportedEndpointType         int16 = 115
 	CodeTransactionAbortable            int16 = 120
+	CodeInvalidRegularExpression        int16 = 128 // KIP-848 SubscribedTopicRegex
 )

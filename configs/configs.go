@@ -78,8 +78,9 @@ type Config struct {
 	// entry is Empty or Complete* and has not changed for this long is removed (durably).
 	TransactionalIDExpiration time.Duration
 
-	Security // listeners, TLS and SASL (security.go)
-	Cluster  // cluster mode (cluster.go)
+	Security      // listeners, TLS and SASL (security.go)
+	ConsumerGroup // KIP-848 group.consumer.* (consumer_group.go)
+	Cluster       // cluster mode (cluster.go)
 	// AuthorizerClassName is authorizer.class.name: empty allows everything; Apache's
 	// org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "acl") enables ACLs.
 	AuthorizerClassName  string
@@ -136,6 +137,7 @@ func Default() Config {
 		GroupMinSessionTimeout:     6 * time.Second,
 		GroupMaxSessionTimeout:     30 * time.Minute,
 		GroupMaxSize:               math.MaxInt32,
+		ConsumerGroup:              defaultConsumerGroup(),
 		OffsetsRetention:           7 * 24 * time.Hour,
 
 		TransactionMaxTimeout:   15 * time.Minute,
@@ -225,7 +227,7 @@ func (c *Config) entries() []entry {
 		{"authorizer.class.name", kString, &c.AuthorizerClassName, "empty allows everything; org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl) enforces ACLs", false},
 		{"super.users", kString, &c.SuperUsers, "principals allowed everything, ';'-separated (User:admin;User:broker)", false},
 		{"allow.everyone.if.no.acl.found", kBool, &c.AllowEveryoneIfNoACL, "allow a resource no ACL binding covers", false},
-	}, append(c.securityEntries(), c.clusterEntries()...)...)
+	}, append(append(c.securityEntries(), c.clusterEntries()...), c.consumerGroupEntries()...)...)
 }
 
 func (e entry) set(v string) error {
@@ -432,6 +434,7 @@ func (c *Config) Validate() error {
 	var errs []error
 	errs = append(errs, c.validateSecurity()...)
 	errs = append(errs, c.validateCluster()...)
+	errs = append(errs, c.validateConsumerGroup()...)
 	if c.BrokerID < 0 {
 		errs = append(errs, errors.New("broker.id must be >= 0"))
 	}

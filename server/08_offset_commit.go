@@ -20,6 +20,9 @@ package server
 //   - v2-4: retention_time_ms (ignored, as Apache does since 2.1: offsets.retention governs);
 //   - v6: committed_leader_epoch; v7: group_instance_id; v8: flexible; v9: KIP-848 member epoch
 //     (= generation for a classic group). v10 (topic ids) is not served.
+//   - A KIP-848 consumer group checks the member id and member epoch instead: UNKNOWN_MEMBER_ID,
+//     STALE_MEMBER_EPOCH (113) for any other epoch, UNSUPPORTED_VERSION below v9; a negative
+//     epoch is a simple commit, allowed while the group has no members.
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -72,7 +75,7 @@ func handleOffsetCommit(rc *reqCtx) (kmsg.Response, error) {
 	if len(offs) == 0 {
 		return resp, nil
 	}
-	cm := group.Commit{Group: req.Group, Generation: req.Generation, MemberID: req.MemberID}
+	cm := group.Commit{Group: req.Group, Generation: req.Generation, MemberID: req.MemberID, Version: req.Version}
 	if req.InstanceID != nil {
 		cm.InstanceID = *req.InstanceID
 	}

@@ -17,7 +17,9 @@ package server
 // Version notes:
 //   - v2: null topics = all, top-level error; v3: throttle; v5: committed_leader_epoch;
 //   - v6: flexible; v7: require_stable; v8: batched groups (KIP-709); v9: member id/epoch
-//     (KIP-848; not validated for classic groups, as Apache). v10 (topic ids) is not served.
+//     (KIP-848: a consumer group answers UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for a member
+//     that is not current; not validated for classic groups, nor without a member, as Apache).
+//     v10 (topic ids) is not served.
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -37,6 +39,11 @@ type offsetFetchPart struct {
 	code        int16
 }
 
+type offsetFetchMember struct {
+	id    *string
+	epoch int32
+}
+
 type offsetFetchTopic struct {
 	topic string
 	parts []offsetFetchPart
@@ -44,9 +51,17 @@ type offsetFetchTopic struct {
 
 // fetchGroupOffsets answers one group: topics nil means all. The group-level code is NONE unless
 // the whole group failed.
-func (rc *reqCtx) fetchGroupOffsets(groupID string, topics map[string][]int32, order []string, all, requireStable bool) (int16, []offsetFetchTopic) {
+//
+// member, when set (v9+), is the requesting consumer-group member: a KIP-848 group checks its id
+// and epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH).
+func (rc *reqCtx) fetchGroupOffsets(groupID string, member *offsetFetchMember, topics map[string][]int32, order []string, all, requireStable bool) (int16, []offsetFetchTopic) {
 	if code := rc.groupGate(OpDescribe, groupID); code != codec.CodeNone {
 		return code, nil
+	}
+	if member != nil {
+		if code := rc.s.deps.Groups.ValidateOffsetFetch(groupID, member.id, member.epoch); code != codec.CodeNone {
+			return code, nil
+		}
 	}
 	var out []offsetFetchTopic
 	if all {
@@ -109,7 +124,11 @@ func handleOffsetFetch(rc *reqCtx) (kmsg.Response, error) {
 				}
 				topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
 			}
-			code, res := rc.fetchGroupOffsets(rg.Group, topics, order, rg.Topics == nil, req.RequireStable)
+			var member *offsetFetchMember
+			if req.Version >= 9 {
+				member = &offsetFetchMember{id: rg.MemberID, epoch: rg.MemberEpoch}
+			}
+			code, res := rc.fetchGroupOffsets(rg.Group, member, topics, order, rg.Topics == nil, req.RequireStable)
 			g := kmsg.NewOffsetFetchResponseGroup()
 			g.Group = rg.Group
 			g.ErrorCode = code
@@ -136,7 +155,7 @@ func handleOffsetFetch(rc *reqCtx) (kmsg.Response, error) {
 		topics[t.Topic] = append(topics[t.Topic], t.Partitions...)
 	}
 	all := req.Topics == nil && req.Version >= 2
-	code, res := rc.fetchGroupOffsets(req.Group, topics, order, all, req.Version >= 7 && req.RequireStable)
+	code, res := rc.fetchGroupOffsets(req.Group, nil, topics, order, all, req.Version >= 7 && req.RequireStable)
 	if code != codec.CodeNone {
 		if req.Version >= 2 {
 			resp.ErrorCode = code

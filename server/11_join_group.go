@@ -22,6 +22,7 @@ import (
 	"github.com/kaas-go/kaas/codec"
 	"github.com/kaas-go/kaas/configs"
 	"github.com/kaas-go/kaas/coord/group"
+	"github.com/kaas-go/kaas/storage"
 )
 
 func init() { register(kmsg.JoinGroup, 0, 9, handleJoinGroup) }
@@ -92,11 +93,32 @@ func (f *fanIn) finish() {
 
 // GroupConfig maps the broker's group.* settings onto the coordinator's configuration (cmd and
 // tests wire the coordinator with it).
+// The KIP-848 consumer groups' topic list is wired by the caller (Config.Topics, see
+// consumerTopics).
 func GroupConfig(cfg configs.Config) group.Config {
+	assignors, _ := cfg.ConsumerAssignorNames() // validated with the config
 	return group.Config{
 		InitialRebalanceDelay: cfg.GroupInitialRebalanceDelay,
 		MinSessionTimeout:     cfg.GroupMinSessionTimeout,
 		MaxSessionTimeout:     cfg.GroupMaxSessionTimeout,
 		MaxSize:               cfg.GroupMaxSize,
+		Consumer: group.ConsumerConfig{
+			SessionTimeout:    cfg.ConsumerSessionTimeout,
+			HeartbeatInterval: cfg.ConsumerHeartbeatInterval,
+			MaxSize:           cfg.ConsumerMaxSize,
+			Assignors:         assignors,
+		},
+	}
+}
+
+// consumerTopics lists the store's topics for KIP-848 subscriptions (name, id, partitions).
+func consumerTopics(st *storage.Store) func() []group.TopicInfo {
+	return func() []group.TopicInfo {
+		ts := st.Topics()
+		out := make([]group.TopicInfo, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, group.TopicInfo{Name: t.Name, ID: t.ID, Partitions: t.NumPartitions()})
+		}
+		return out
 	}
 }

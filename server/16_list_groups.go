@@ -8,8 +8,9 @@ package server
 //     offsets), so `kafka-consumer-groups --list` sees inactive groups after a restart.
 //   - DESCRIBE on the cluster lists everything; otherwise only groups the principal may DESCRIBE.
 //     Groups another broker owns (cluster mode) are left out.
-//   - v4 states_filter (KIP-518, case-insensitive); v5 types_filter (KIP-848): every group here
-//     is "classic".
+//   - v4 states_filter (KIP-518, case-insensitive; a consumer group's states are Empty,
+//     Assigning, Reconciling, Stable); v5 types_filter (KIP-848): "classic" or "consumer", with
+//     protocol type "consumer" for KIP-848 groups.
 //
 // Version notes:
 //   - v3: flexible; v4: states filter and group_state; v5: types filter and group_type.
@@ -31,13 +32,15 @@ func handleListGroups(rc *reqCtx) (kmsg.Response, error) {
 		resp.ErrorCode = codec.CodeCoordinatorNotAvailable
 		return resp, nil
 	}
+	wantType := func(string) bool { return true }
 	if req.Version >= 5 && len(req.TypesFilter) > 0 {
-		classic := false
-		for _, t := range req.TypesFilter {
-			classic = classic || strings.EqualFold(t, "classic")
-		}
-		if !classic {
-			return resp, nil
+		wantType = func(typ string) bool {
+			for _, t := range req.TypesFilter {
+				if strings.EqualFold(t, typ) {
+					return true
+				}
+			}
+			return false
 		}
 	}
 	var states []string
@@ -51,11 +54,11 @@ func handleListGroups(rc *reqCtx) (kmsg.Response, error) {
 	}
 	all := rc.authorized(OpDescribe, ResCluster, "kafka-cluster")
 	for _, g := range rc.s.deps.Groups.ListGroups(states) {
-		if !rc.s.groupOwner(g.Group).Local || (!all && !rc.authorized(OpDescribe, ResGroup, g.Group)) {
+		if !wantType(g.Type) || !rc.s.groupOwner(g.Group).Local || (!all && !rc.authorized(OpDescribe, ResGroup, g.Group)) {
 			continue
 		}
 		lg := kmsg.NewListGroupsResponseGroup()
-		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.Group, g.ProtocolType, g.State, "classic"
+		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.Group, g.ProtocolType, g.State, g.Type
 		resp.Groups = append(resp.Groups, lg)
 	}
 	return resp, nil

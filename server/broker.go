@@ -174,6 +174,7 @@ func StartBroker(cfg configs.Config, log *zap.Logger, opts BrokerOptions) (b *Br
 		return nil, fmt.Errorf("cannot open committed offsets (refusing to start): %w", err)
 	}
 	gcfg := GroupConfig(cfg)
+	gcfg.Topics = consumerTopics(b.Store)
 	if b.cluster != nil {
 		// Shards load when the controller assigns them (LoadShard at the assignment's epoch);
 		// the offsets log acknowledges only while the lease deadline holds (Rule P).

@@ -97,6 +97,7 @@ type GroupStore struct {
 	groups  map[string]map[GroupPartition]GroupOffset // fsync'd committed offsets only
 	pending map[string]map[int64]*gsPending           // fsync'd staged transactional offsets
 	meta    map[string]*GroupMeta                     // fsync'd classic-group metadata (never mutated in place)
+	cmeta   map[string]*ConsumerGroupMeta             // fsync'd KIP-848 consumer-group state (never mutated in place)
 
 	cl      *gsCluster                  // nil in single mode
 	publish atomic.Pointer[func() bool] // Rule P (SetPublish); nil = always
@@ -218,8 +219,9 @@ type gsOp struct {
 	// transactional ops
 	pid        int64
 	epoch      int16
-	superseded []bool     // stage only, parallel to offs; nil = none (only compaction writes them)
-	meta       *GroupMeta // groupMeta only; nil = tombstone
+	superseded []bool             // stage only, parallel to offs; nil = none (only compaction writes them)
+	meta       *GroupMeta         // groupMeta only; nil = tombstone
+	cmeta      *ConsumerGroupMeta // consumerGroupMeta only; nil = tombstone
 	// cluster mode: the op's shard, and the epoch and seq the writer stamps it with
 	shard  int
 	cepoch int32
@@ -248,6 +250,7 @@ func OpenGroupStore(dataDir string, log *zap.Logger) (*GroupStore, error) {
 		groups:     make(map[string]map[GroupPartition]GroupOffset),
 		pending:    make(map[string]map[int64]*gsPending),
 		meta:       make(map[string]*GroupMeta),
+		cmeta:      make(map[string]*ConsumerGroupMeta),
 		compactMin: gsDefaultCompactMin,
 	}
 	s.writer = mailbox.New(mailbox.Config[*gsOp]{Name: "group_offsets", MaxLen: gsMaxQueuedOps, Batch: true}, s.writeOps)
@@ -372,6 +375,13 @@ func (s *GroupStore) apply(op *gsOp) {
 		delete(s.groups, op.group)
 		delete(s.pending, op.group)
 		delete(s.meta, op.group)
+		delete(s.cmeta, op.group)
+	case gsOpConsumerMeta:
+		if op.cmeta == nil {
+			delete(s.cmeta, op.group)
+		} else {
+			s.cmeta[op.group] = op.cmeta
+		}
 	case gsOpMeta:
 		if op.meta == nil {
 			delete(s.meta, op.group)
@@ -484,6 +494,8 @@ func gsAppendOp(b []byte, op *gsOp) []byte {
 		b = binary.AppendVarint(b, op.pid)
 	case gsOpMeta:
 		b = gsAppendMeta(b, op.meta)
+	case gsOpConsumerMeta:
+		b = gsAppendConsumerMeta(b, op.cmeta)
 	}
 	return b
 }
@@ -619,6 +631,8 @@ func gsDecodeOp(r *framelog.Reader) (*gsOp, error) {
 		if m := gsReadMeta(r); m != nil && len(m.Members) > 0 {
 			op.meta = m
 		}
+	case gsOpConsumerMeta:
+		op.cmeta = gsReadConsumerMeta(r)
 	default:
 		return nil, fmt.Errorf("%w: unknown op %d", gsErrDecode, kind)
 	}
@@ -668,6 +682,9 @@ func (s *GroupStore) snapshot(b []byte, shard int) ([]byte, int) {
 		if m := s.meta[name]; m != nil {
 			fr.addSplit(&gsOp{kind: gsOpMeta, group: name, meta: m})
 		}
+		if m := s.cmeta[name]; m != nil {
+			fr.addSplit(&gsOp{kind: gsOpConsumerMeta, group: name, cmeta: m})
+		}
 		fr.end()
 	}
 	return fr.b, fr.frames
@@ -675,7 +692,7 @@ func (s *GroupStore) snapshot(b []byte, shard int) ([]byte, int) {
 
 // groupNamesLocked lists, sorted, every group with offsets, staged offsets or metadata. s.mu held.
 func (s *GroupStore) groupNamesLocked() []string {
-	names := make([]string, 0, len(s.groups)+len(s.pending)+len(s.meta))
+	names := make([]string, 0, len(s.groups)+len(s.pending)+len(s.meta)+len(s.cmeta))
 	for g := range s.groups {
 		names = append(names, g)
 	}
@@ -687,6 +704,13 @@ func (s *GroupStore) groupNamesLocked() []string {
 	for g := range s.meta {
 		_, ok := s.groups[g]
 		if _, ok2 := s.pending[g]; !ok && !ok2 {
+			names = append(names, g)
+		}
+	}
+	for g := range s.cmeta {
+		_, ok := s.groups[g]
+		_, ok2 := s.pending[g]
+		if _, ok3 := s.meta[g]; !ok && !ok2 && !ok3 {
 			names = append(names, g)
 		}
 	}
@@ -1013,6 +1037,9 @@ func (s *GroupStore) HasGroup(group string) bool {
 	}
 	if !ok {
 		_, ok = s.meta[group]
+	}
+	if !ok {
+		_, ok = s.cmeta[group]
 	}
 	s.mu.RUnlock()
 	return ok

@@ -219,6 +219,7 @@ func OpenGroupStoreCluster(dataDir string, brokerID int32, inc string, log *zap.
 		groups:     make(map[string]map[GroupPartition]GroupOffset),
 		pending:    make(map[string]map[int64]*gsPending),
 		meta:       make(map[string]*GroupMeta),
+		cmeta:      make(map[string]*ConsumerGroupMeta),
 		compactMin: gsDefaultCompactMin,
 		cl:         &gsCluster{brokerID: brokerID, inc: inc},
 	}
@@ -536,6 +537,11 @@ func (s *GroupStore) dropShard(n int) {
 	for g := range s.meta {
 		if GroupShardFor(g) == n {
 			delete(s.meta, g)
+		}
+	}
+	for g := range s.cmeta {
+		if GroupShardFor(g) == n {
+			delete(s.cmeta, g)
 		}
 	}
 }

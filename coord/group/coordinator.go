@@ -50,6 +50,10 @@ type Store interface {
 	// GroupMeta reads the durable one (meta.go).
 	StoreGroupMetaAsync(group string, m *storage.GroupMeta, done func(error))
 	GroupMeta(group string) (*storage.GroupMeta, bool)
+	// StoreConsumerGroupAsync durably records a KIP-848 consumer group's state (nil: the
+	// tombstone); ConsumerGroup reads the durable one (consumer_meta.go).
+	StoreConsumerGroupAsync(group string, m *storage.ConsumerGroupMeta, done func(error))
+	ConsumerGroup(group string) (*storage.ConsumerGroupMeta, bool)
 }
 
 // Config holds the group.* broker settings.
@@ -58,6 +62,10 @@ type Config struct {
 	MinSessionTimeout     time.Duration // group.min.session.timeout.ms
 	MaxSessionTimeout     time.Duration // group.max.session.timeout.ms
 	MaxSize               int           // group.max.size
+	// Consumer configures KIP-848 consumer groups; Topics lists the topics their subscriptions
+	// resolve against (nil: none).
+	Consumer ConsumerConfig
+	Topics   func() []TopicInfo
 	// ShardsUnowned starts the coordinator owning no group shard (cluster mode: LoadShard each
 	// assigned one). The zero value is the single broker, which serves every shard from the start.
 	ShardsUnowned bool
@@ -108,6 +116,18 @@ func New(cfg Config, store Store, log *zap.Logger) *Coordinator {
 	if cfg.MaxSize <= 0 {
 		cfg.MaxSize = int(^uint32(0) >> 1)
 	}
+	if cfg.Consumer.MaxSize <= 0 {
+		cfg.Consumer.MaxSize = int(^uint32(0) >> 1)
+	}
+	if len(cfg.Consumer.Assignors) == 0 {
+		cfg.Consumer.Assignors = []string{"uniform", "range"}
+	}
+	if cfg.Consumer.SessionTimeout <= 0 {
+		cfg.Consumer.SessionTimeout = 45 * time.Second
+	}
+	if cfg.Consumer.HeartbeatInterval <= 0 {
+		cfg.Consumer.HeartbeatInterval = 5 * time.Second
+	}
 	c := &Coordinator{cfg: cfg, store: store, log: log.Named("groups"), groups: make(map[string]*group)}
 	c.drained = sync.NewCond(&c.mu)
 	if !cfg.ShardsUnowned {
@@ -120,7 +140,8 @@ func New(cfg Config, store Store, log *zap.Logger) *Coordinator {
 		}
 		c.mu.Lock()
 		for _, id := range store.Groups() {
-			if _, ok := store.GroupMeta(id); ok {
+			_, classic := store.GroupMeta(id)
+			if _, consumer := store.ConsumerGroup(id); classic || consumer {
 				c.groups[id] = c.materialize(id)
 			}
 		}
@@ -195,6 +216,7 @@ type ListedGroup struct {
 	Group        string
 	ProtocolType string
 	State        string
+	Type         string // "classic" or "consumer" (KIP-848)
 }
 
 // ListGroups lists every group of a served shard in memory plus every group that only has
@@ -229,14 +251,18 @@ func (c *Coordinator) ListGroups(states []string) []ListedGroup {
 			continue
 		}
 		seen[id] = true
-		if want(p.state.String()) {
-			out = append(out, ListedGroup{Group: id, ProtocolType: p.protocolType, State: p.state.String()})
+		lg := ListedGroup{Group: id, ProtocolType: p.protocolType, State: p.state.String(), Type: "classic"}
+		if p.epochs != nil {
+			lg.State, lg.Type = p.consumerState, "consumer"
+		}
+		if want(lg.State) {
+			out = append(out, lg)
 		}
 	}
 	c.mu.Unlock()
 	for _, id := range c.store.Groups() {
 		if !seen[id] && want(Empty.String()) && served(id) {
-			out = append(out, ListedGroup{Group: id, State: Empty.String()})
+			out = append(out, ListedGroup{Group: id, State: Empty.String(), Type: "classic"})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })

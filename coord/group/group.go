@@ -69,10 +69,15 @@ func (s State) String() string {
 	return "Unknown"
 }
 
-// published is the part of a group's state read outside its goroutine (ListGroups).
+// published is the part of a group's state read outside its goroutine (ListGroups,
+// OffsetFetch's member-epoch check).
 type published struct {
 	state        State
 	protocolType string
+	// A KIP-848 consumer group (consumer.go): its state name and member id → member epoch;
+	// epochs is nil for a classic group.
+	consumerState string
+	epochs        map[string]int32
 }
 
 type protocol struct {
@@ -166,6 +171,12 @@ type group struct {
 	txnEpoch  map[int64]int16     // producer id → highest producer epoch seen staging here
 	txnGuards map[int64]*txnGuard // producer id → verification guard of in-flight TxnOffsetCommits
 
+	// cg is set while the group is a KIP-848 consumer group (consumer.go); the classic state
+	// above is then Empty with no members.
+	cg *consumerGroup
+	// cgDirty: the consumer-group state (or its removal) is not yet written (consumer_meta.go).
+	cgDirty bool
+
 	join           timer
 	initialDelay   bool // the join timer is an InitialDelayedJoin (cannot complete early)
 	newMemberAdded bool
@@ -225,7 +236,13 @@ func (g *group) stop(t *timer) {
 }
 
 func (g *group) publish() {
-	g.pub.Store(&published{state: g.state, protocolType: g.protocolType})
+	p := &published{state: g.state, protocolType: g.protocolType}
+	if g.cg != nil {
+		p.protocolType = "consumer"
+		p.consumerState = g.cg.state()
+		p.epochs = g.cg.memberEpochs()
+	}
+	g.pub.Store(p)
 }
 
 func (g *group) transition(s State) {
@@ -690,6 +707,10 @@ func (g *group) validateMember(memberID, instanceID string) int16 {
 // NOT_COORDINATOR (coordinator shutdown or shard release).
 func (g *group) unload() {
 	g.persistFinal()
+	g.persistConsumerFinal()
+	if g.cg != nil {
+		g.cg.unload(g)
+	}
 	g.stop(&g.join)
 	g.stop(&g.syncTimer)
 	for id, t := range g.pending {

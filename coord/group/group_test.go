@@ -642,10 +642,10 @@ func TestDeleteGroupsOffsetDeleteAndList(t *testing.T) {
 	// comes back Stable from its persisted metadata.
 	h.restart()
 	got := fmt.Sprint(h.c.ListGroups(nil))
-	if got != "[{busy consumer Stable} {idle  Empty}]" {
+	if got != "[{busy consumer Stable classic} {idle  Empty classic}]" {
 		t.Fatalf("list after restart: %s", got)
 	}
-	if got := fmt.Sprint(h.c.ListGroups([]string{"stable"})); got != "[{busy consumer Stable}]" {
+	if got := fmt.Sprint(h.c.ListGroups([]string{"stable"})); got != "[{busy consumer Stable classic}]" {
 		t.Fatalf("state filter: %v", got)
 	}
 	if d := h.describe("idle"); d.State != "Empty" || d.ErrorCode != 0 {
@@ -671,7 +671,7 @@ func TestDeleteGroupsOffsetDeleteAndList(t *testing.T) {
 	// A fresh group with the deleted id starts from scratch.
 	wantCode(t, "recreate", h.commit(Commit{Group: "idle", Generation: -1}, off), 0)
 	h.restart()
-	if got := fmt.Sprint(h.c.ListGroups([]string{"EMPTY"})); got != "[{idle  Empty}]" {
+	if got := fmt.Sprint(h.c.ListGroups([]string{"EMPTY"})); got != "[{idle  Empty classic}]" {
 		t.Fatalf("list: %s", got)
 	}
 }

@@ -154,6 +154,22 @@ func (g *group) handleJoin(jr *joinReq) {
 		jr.reply(g.joinError(jr, jr.memberID, codec.CodeCoordinatorNotAvailable))
 		return
 	}
+	if g.cg != nil {
+		if len(g.cg.members) > 0 {
+			// A classic member cannot join a consumer group with members here (Apache 4.x can
+			// admit it through its classic-protocol interop; that is not implemented): its
+			// protocols are not the group's.
+			jr.reply(g.joinError(jr, jr.memberID, codec.CodeInconsistentGroupProtocol))
+			return
+		}
+		// An empty consumer group becomes a classic group on a JoinGroup, as Apache allows.
+		g.log.Info("empty consumer group becomes a classic group")
+		g.cg.unload(g)
+		g.cg = nil
+		g.cgDirty = true
+		g.persistConsumer("converted to a classic group")
+		g.publish()
+	}
 	if !g.acceptJoiningMember(jr.memberID) {
 		if m := g.members[jr.memberID]; m != nil {
 			g.removeMemberAndUpdate(m, codec.CodeGroupMaxSizeReached)
@@ -597,6 +613,9 @@ func (c *Coordinator) LeaveGroup(req *kmsg.LeaveGroupRequest, reply func(*kmsg.L
 }
 
 func (g *group) leave(memberID, instanceID, reason string) int16 {
+	if g.cg != nil {
+		return g.consumerAdminLeave(memberID, instanceID, reason)
+	}
 	if memberID == "" {
 		// Admin removal by instance id (KIP-345).
 		cur, ok := g.static[instanceID]

@@ -135,6 +135,8 @@ func (c *Coordinator) materialize(id string) *group {
 	g := newGroup(c, id)
 	if m, ok := c.store.GroupMeta(id); ok {
 		g.restore(m)
+	} else if m, ok := c.store.ConsumerGroup(id); ok {
+		g.restoreConsumer(m)
 	}
 	return g
 }

@@ -17,11 +17,15 @@ const MaxMetadataBytes = 4096
 // Commit identifies who commits: a group member (generation >= 0 or a member id / instance id)
 // is validated against the group; generation -1 with no member id is a "simple" commit from a
 // manual-assign consumer, allowed only while the group has no members.
+//
+// For a KIP-848 consumer group, Generation is the member epoch, and Version is the OffsetCommit
+// version (a consumer-protocol member must commit with v9+ outside a transaction).
 type Commit struct {
 	Group      string
 	Generation int32
 	MemberID   string
 	InstanceID string
+	Version    int16
 }
 
 // CommitOffsets validates the committer and durably stores offs; done gets one code for the whole
@@ -92,6 +96,9 @@ func (c *Coordinator) CommitOffsets(cm Commit, offs []storage.GroupOffset, done 
 func (g *group) validateCommit(cm Commit, transactional bool) int16 {
 	if g.state == Dead {
 		return codec.CodeCoordinatorNotAvailable
+	}
+	if g.cg != nil {
+		return g.cg.validateCommit(cm.MemberID, cm.Generation, transactional, cm.Version)
 	}
 	if cm.Generation >= 0 || cm.MemberID != "" || cm.InstanceID != "" {
 		if code := g.validateMember(cm.MemberID, cm.InstanceID); code != codec.CodeNone {
@@ -178,11 +185,20 @@ func (c *Coordinator) DeleteOffsets(group string, parts []storage.GroupPartition
 		}
 		codes := make([]int16, len(parts))
 		var eligible []storage.GroupPartition
-		switch g.state {
-		case Dead:
+		switch {
+		case g.state == Dead:
 			done(codec.CodeGroupIDNotFound, nil)
 			return
-		case Empty:
+		case g.cg != nil && len(g.cg.members) > 0:
+			// Apache ConsumerGroup.isSubscribedToTopic: the topics some member subscribes to.
+			for i, p := range parts {
+				if _, ok := g.cg.subscribed[p.Topic]; ok {
+					codes[i] = codec.CodeGroupSubscribedToTopic
+				} else {
+					eligible = append(eligible, p)
+				}
+			}
+		case g.state == Empty:
 			eligible = parts
 		default:
 			if g.protocolType != "consumer" {
@@ -247,7 +263,7 @@ func (c *Coordinator) DeleteGroup(group string, done func(code int16)) {
 		case g.state == Dead:
 			done(codec.CodeGroupIDNotFound)
 			return
-		case g.state != Empty:
+		case g.state != Empty, g.cg != nil && len(g.cg.members) > 0:
 			done(codec.CodeNonEmptyGroup)
 			return
 		}
@@ -308,6 +324,10 @@ func (c *Coordinator) DescribeGroup(group string, done func(kmsg.DescribeGroupsR
 			d := dead()
 			d.ErrorCode = codec.CodeNotCoordinator
 			done(d)
+			return
+		}
+		if g.cg != nil && g.state != Dead {
+			done(g.describeAsClassic())
 			return
 		}
 		d := kmsg.NewDescribeGroupsResponseGroup()

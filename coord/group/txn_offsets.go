@@ -157,6 +157,11 @@ func (g *group) stageTxn(tc TxnCommit, offs []storage.GroupOffset, gd *txnGuard,
 		return
 	}
 	if code := g.validateCommit(tc.Commit, true); code != codec.CodeNone {
+		if code == codec.CodeStaleMemberEpoch {
+			// TxnOffsetCommit has no STALE_MEMBER_EPOCH: Apache answers a consumer-group
+			// member's stale epoch ILLEGAL_GENERATION, which transactional clients know.
+			code = codec.CodeIllegalGeneration
+		}
 		done(code)
 		return
 	}
