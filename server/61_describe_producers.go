@@ -164,7 +164,7 @@ func (rc *reqCtx) replicaOf(tr *topicRef, part int32) (int32, bool) {
 // leaves them at 6: retriable for a client that lets the admin client find the leader.
 func (s *Server) forwardDescribeProducers(leader int32, parts func(yield func(p *kmsg.DescribeProducersResponseTopicPartition, topic string) bool)) {
 	mDescribeProducersForwarded.Inc()
-	b, err := s.peers.broker(leader)
+	b, err := s.peers.Broker(leader)
 	if err != nil {
 		mDescribeProducersForwardFailed.Inc()
 		return
