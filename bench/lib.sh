@@ -197,8 +197,11 @@ broker_start() {
 			"${KAAS_BIN:-./bin/kaas}" credentials add --data.dir="$work/kaas" --user="$sec_user" --mechanism=SCRAM-SHA-512 \
 				--password="$sec_password" >"$work/kaas-credentials.log" 2>&1 || { cat "$work/kaas-credentials.log" >&2; return 1; }
 		fi
+		# KAAS_EXTRA_FLAGS: more flags, space-separated, after the defaults (a later flag wins):
+		# S9 turns the cleaner's log line on with --log.level=info.
+		# shellcheck disable=SC2086
 		"${KAAS_BIN:-./bin/kaas}" --listeners="$listen" --data.dir="$work/kaas" --metrics.addr= --log.level=warn --group.initial.rebalance.delay.ms=0 \
-			"${sec_args[@]}" >"$work/kaas.log" 2>&1 &
+			"${sec_args[@]}" ${KAAS_EXTRA_FLAGS:-} >"$work/kaas.log" 2>&1 &
 		pid=$!
 		for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && return 0; sleep 0.1; done
 		kill -KILL "$pid" 2>/dev/null || true
@@ -208,7 +211,7 @@ broker_start() {
 	kafka | kafka-fsync)
 		rm -rf "$work/kafka"
 		if [[ "$b" == kafka-fsync ]]; then
-			KAFKA_REF_EXTRA_PROPS="log.flush.interval.messages=1" bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null || return 1
+			KAFKA_REF_EXTRA_PROPS="${KAFKA_REF_EXTRA_PROPS:-} log.flush.interval.messages=1" bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null || return 1
 		else
 			bench/kafka-tools.sh ref-start "$port" "$work/kafka" >/dev/null || return 1
 		fi

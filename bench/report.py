@@ -27,6 +27,7 @@ TITLES = {
     "S6": "EndToEndLatency, 1 KB, acks=all, 1 partition, one message in flight",
     "S7": "1, 2, 4 concurrent perf-test producers (one 6-partition topic each), 1 KB, acks=all, vs the disk's fsync'd bandwidth",
     "S4c": "cluster mode: S4 (bench/txnload --remote-leaders, 16 and 64 producers, 1-record transactions) on a 3-broker cluster vs the single broker, each producer's partition led by another broker than its coordinator; then kill -9 of a transaction coordinator",
+    "S9": "compaction: the cleaner's MB/s on a 1-partition topic of K keys x M versions (1 KiB random values, cleanup.policy switched from delete to compact), and the p99 of a fixed-rate acks=all produce load on another topic without cleaning, over the whole load while cleaning, and for the records due during the clean",
     "S8": "cluster mode: S1's perf-test on a 3-broker cluster (etcd + 3 kaas, one data dir) vs the single broker; failover after kill -9 / SIGTERM of a leader",
 }
 
@@ -142,6 +143,12 @@ def scenario_md(sc, rows, args, variants, brokers):
             checks = [("records_per_s", "", None)] + checks
         if sc in ("S3", "S4", "S7") and not any(m == "p99_ms" for m, _, _ in checks):
             checks.append(("p99_ms", "", None))
+        if sc == "S9":
+            # Quoted, not targeted (issue 12): the cleaner's MB/s, and what it does to produce p99.
+            # The clean row has no CPU figure and the window row no byte count.
+            checks = [("mb_per_s", "", None)] if v == "clean" else [("p99_ms", "", None)]
+            if v in ("produce-idle", "produce-cleaning"):
+                checks += GLOBAL_TARGETS
         for m, op, t in checks:
             st = ratio_stats(rows, v, m)
             stf = ratio_stats(rows, v, m, den_b="kafka-fsync")
@@ -182,6 +189,14 @@ def scenario_md(sc, rows, args, variants, brokers):
         if ms or any(r["variant"] == "coord-failover-KILL" for r in rows):
             extra.append(f"| coord-failover-KILL | kill → first commit ms, median (worst {fmt(max(ms) if ms else None)}) | "
                          f"{fmt(med(ms))} | informational (session + reassignment + slot load + client retry) | |")
+    if sc == "S9":
+        # Each broker against itself: produce p99 while cleaning / without cleaning.
+        for b in brokers:
+            idle = med([r["p99_ms"] for r in rows if r["variant"] == "produce-idle" and r["broker"] == b and not r["failed"]])
+            for v in ("produce-cleaning", "produce-in-clean-window"):
+                m = med([r["p99_ms"] for r in rows if r["variant"] == v and r["broker"] == b and not r["failed"]])
+                if idle and m is not None:
+                    extra.append(f"| {v} | {b} produce p99 / its produce-idle p99 | {m / idle:.2f} | informational | |")
     if sc == "S7" and args.disk_mbps:
         disk = float(args.disk_mbps)
         for v in variants:
