@@ -343,148 +343,15 @@ func TestConsumerGroup848MembersJoinAndLeave(t *testing.T) {
 // read_committed, with the group's committed offsets at the input's end.
 func TestConsumerGroup848TransactSession(t *testing.T) {
 	addr, _ := newTestBroker(t, fast848)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	adm := kadm.NewClient(fxClient(t, addr))
-	if _, err := adm.CreateTopic(ctx, 4, 1, nil, "in848"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.CreateTopic(ctx, 2, 1, nil, "out848"); err != nil {
-		t.Fatal(err)
-	}
-	const n = 2000
-	seed := fxClient(t, addr, kgo.DefaultProduceTopic("in848"))
-	for i := 0; i < n; i += 500 {
-		var rs []*kgo.Record
-		for j := i; j < i+500; j++ {
-			rs = append(rs, &kgo.Record{Key: []byte(strconv.Itoa(j)), Value: []byte(strconv.Itoa(j))})
-		}
-		if err := seed.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	runCopier := func(id int, stop <-chan struct{}, done chan<- error) {
-		sess, err := kgo.NewGroupTransactSession(
-			kgo.SeedBrokers(addr),
-			kgo.TransactionalID(fmt.Sprintf("copier848-%d", id)),
-			kgo.ConsumerGroup("eos848"),
-			kgo.ConsumeTopics("in848"),
-			kgo.Balancers(kgo.CooperativeStickyBalancer()),
-			kgo.ServerSideBalancer(),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			kgo.RequireStableFetchOffsets(),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-			kgo.DefaultProduceTopic("out848"),
-			kgo.RebalanceTimeout(5*time.Second),
-			kgo.FetchMaxWait(100*time.Millisecond),
-			kgo.TransactionTimeout(20*time.Second),
-		)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer sess.Close()
-		for {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			fs := sess.PollFetches(pctx)
-			pcancel()
-			if ctx.Err() != nil {
-				done <- ctx.Err()
-				return
-			}
-			if fs.Empty() {
-				continue
-			}
-			if err := sess.Begin(); err != nil {
-				done <- fmt.Errorf("begin: %w", err)
-				return
-			}
-			fs.EachRecord(func(r *kgo.Record) { sess.Produce(ctx, &kgo.Record{Key: r.Key, Value: r.Value}, nil) })
-			if _, err := sess.End(ctx, kgo.TryCommit); err != nil {
-				done <- fmt.Errorf("end: %w", err)
-				return
-			}
-		}
-	}
-	stops, dones := make([]chan struct{}, 2), make([]chan error, 2)
-	start := func(i int) {
-		stops[i], dones[i] = make(chan struct{}), make(chan error, 1)
-		go runCopier(i, stops[i], dones[i])
-	}
-	stopCopier := func(i int) {
-		close(stops[i])
-		if err := <-dones[i]; err != nil {
-			t.Fatalf("copier %d: %v", i, err)
-		}
-	}
-	outCount := func() int64 {
-		offs, err := adm.ListEndOffsets(ctx, "out848")
-		if err != nil {
-			return -1
-		}
-		var total int64
-		offs.Each(func(o kadm.ListedOffset) { total += o.Offset })
-		return total
-	}
-	start(0)
-	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
-		if c := outCount(); c < n/4 {
-			return fmt.Errorf("out has %d", c)
-		}
-		return nil
-	})
-	start(1)
-	checkFor(t, time.Minute, 20*time.Millisecond, func() error {
-		if c := outCount(); c < n/2 {
-			return fmt.Errorf("out has %d", c)
-		}
-		return nil
-	})
-	stopCopier(0)
-	reader := fxClient(t, addr, kgo.ConsumeTopics("out848"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
-	seen := map[string]int{}
-	for len(seen) < n {
-		fs := reader.PollFetches(ctx)
-		if err := fs.Err0(); err != nil {
-			t.Fatalf("reading out: %v (have %d of %d)", err, len(seen), n)
-		}
-		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
-	}
-	stopCopier(1)
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		fs := reader.PollFetches(pctx)
-		pcancel()
-		if fs.Empty() {
-			break
-		}
-		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
-	}
-	for i := 0; i < n; i++ {
-		if c := seen[strconv.Itoa(i)]; c != 1 {
-			t.Fatalf("value %d seen %d times under read_committed", i, c)
-		}
-	}
-	committed, err := adm.FetchOffsets(ctx, "eos848")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ends, err := adm.ListEndOffsets(ctx, "in848")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ends.Each(func(o kadm.ListedOffset) {
-		if c, ok := committed.Lookup("in848", o.Partition); !ok || c.At != o.Offset {
-			t.Errorf("in848/%d: committed %v, end %d", o.Partition, c.At, o.Offset)
-		}
-	})
+	r := newEOSCopyRun(t, addr, eosCopyCfg{in: "in848", out: "out848", group: "eos848", txnPrefix: "copier848-",
+		inParts: 4, outParts: 2, n: 2000,
+		opts: []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.ServerSideBalancer()}})
+	r.start(0)
+	r.waitOut(r.cfg.n / 4)
+	r.start(1)
+	r.waitOut(r.cfg.n / 2)
+	r.stop(0)
+	r.checkExactlyOnce(1)
 }
 
 // TestConsumerGroup848RegexPicksUpNewTopic: a regex subscription (resolved by the broker, RE2)
