@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -561,28 +560,7 @@ func e2eClusterTxnForget(t *testing.T, c *e2eCluster, tid string) {
 		}
 		t.Fatalf("no checkpoint of slot %d in %s: %v", slot, dir, names)
 	}
-	path := filepath.Join(dir, newest)
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("cannot read %s: %v", path, err)
-	}
-	var doc map[string]json.RawMessage
-	var entries map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("checkpoint %s: %v", path, err)
-	}
-	if err := json.Unmarshal(doc["entries"], &entries); err != nil {
-		t.Fatalf("checkpoint %s entries: %v", path, err)
-	}
-	if _, ok := entries[tid]; !ok {
-		t.Fatalf("checkpoint %s has no entry %q: %s", path, tid, raw)
-	}
-	delete(entries, tid)
-	doc["entries"], _ = json.Marshal(entries)
-	raw, _ = json.Marshal(doc)
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
-		t.Fatalf("cannot rewrite %s: %v", path, err)
-	}
+	e2eDropSlotEntry(t, filepath.Join(dir, newest), tid)
 	t.Logf("dropped %s from %s", tid, newest)
 	for _, p := range c.brokers {
 		p.Restart(t)

@@ -844,27 +844,7 @@ func e2eTxnForgetTransactionalID(t *testing.T, b e2eBroker, tid string) {
 			}
 		}
 		path := filepath.Join(dataDir, "__cluster", txn.StateDir, txn.SlotFileName(txn.SlotFor(tid)))
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("cannot read coordinator slot file: %v", err)
-		}
-		var doc map[string]json.RawMessage
-		var entries map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			t.Fatalf("slot file %s: %v", path, err)
-		}
-		if err := json.Unmarshal(doc["entries"], &entries); err != nil {
-			t.Fatalf("slot file %s entries: %v", path, err)
-		}
-		if _, ok := entries[tid]; !ok {
-			t.Fatalf("slot file %s has no entry %q: %s", path, tid, raw)
-		}
-		delete(entries, tid)
-		doc["entries"], _ = json.Marshal(entries)
-		raw, _ = json.Marshal(doc)
-		if err := os.WriteFile(path, raw, 0o644); err != nil {
-			t.Fatalf("cannot rewrite %s: %v", path, err)
-		}
+		e2eDropSlotEntry(t, path, tid)
 	case *refKafka:
 		// Kafka's partitionFor: Utils.abs(String.hashCode) % transaction.state.log.num.partitions.
 		var h int32
@@ -1171,3 +1151,31 @@ func TestTxnPythonConfluent(t *testing.T) {
 // e2eTxnNoOpenTxn: describe-producers prints an absent CurrentTransactionStartOffset as "None"
 // (Java's OptionalLong), older tools as -1.
 func e2eTxnNoOpenTxn(v string) bool { return v == "None" || v == "-1" }
+
+// e2eDropSlotEntry removes transactional id tid from the coordinator slot file at path (the
+// broker is stopped): the transaction's partitions keep it open with no coordinator that knows
+// it, which is how a hanging transaction is made for kafka-transactions find-hanging / abort.
+func e2eDropSlotEntry(t *testing.T, path, tid string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("cannot read coordinator slot file: %v", err)
+	}
+	var doc map[string]json.RawMessage
+	var entries map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("slot file %s: %v", path, err)
+	}
+	if err := json.Unmarshal(doc["entries"], &entries); err != nil {
+		t.Fatalf("slot file %s entries: %v", path, err)
+	}
+	if _, ok := entries[tid]; !ok {
+		t.Fatalf("slot file %s has no entry %q: %s", path, tid, raw)
+	}
+	delete(entries, tid)
+	doc["entries"], _ = json.Marshal(entries)
+	raw, _ = json.Marshal(doc)
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatalf("cannot rewrite %s: %v", path, err)
+	}
+}
