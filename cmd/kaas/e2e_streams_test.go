@@ -472,8 +472,13 @@ func TestStreamsChangelogCompactedRestore(t *testing.T) {
 	app := newE2EStreamsApp(t, b.Addr(), appID, in, out, stateDir,
 		// StreamsConfig's topic. prefix applies to the internal topics Streams creates.
 		"topic.segment.ms=100", "topic.min.cleanable.dirty.ratio=0.01", "topic.min.compaction.lag.ms=0")
-	e2eStreamsProduce(t, cl, in, 0, half)
+	// The first half goes in two chunks, the second produced once the first is counted, so
+	// that the changelog records of the first chunk sit in rolled (cleanable) segments whatever
+	// the speed of the machine: all but the latest of each key must go.
 	app.start(t)
+	e2eStreamsProduce(t, cl, in, 0, half/2)
+	e2eStreamsWaitCounts(t, app, cl, b.Addr(), out, half/2, 120*time.Second)
+	e2eStreamsProduce(t, cl, in, half/2, half)
 	e2eStreamsWaitCounts(t, app, cl, b.Addr(), out, half, 120*time.Second)
 	st.done("count first half")
 	app.stop(t)
@@ -506,7 +511,8 @@ func TestStreamsChangelogCompactedRestore(t *testing.T) {
 			return err
 		}
 		kept = len(recs)
-		if int64(kept) >= written/2 {
+		// The first chunk's superseded values alone are 3/8 of what was written.
+		if int64(kept) >= written*3/4 {
 			return fmt.Errorf("%d records in the changelog, %d written", kept, written)
 		}
 		return nil

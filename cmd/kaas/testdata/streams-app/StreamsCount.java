@@ -51,6 +51,12 @@ public final class StreamsCount {
         p.put(StreamsConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, 500);
         p.put(StreamsConfig.RETRY_BACKOFF_MS_CONFIG, 100);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        // A closed Streams instance does not leave its group (dynamic members: a restarted
+        // instance is expected back within the session timeout). The tests restart the app as a
+        // new process with new member ids, whose join waits for the old members' sessions to
+        // expire: keep that short (group.min.session.timeout.ms is 6 s).
+        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6_000);
+        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1_500);
         for (int i = 5; i < args.length; i++) {
             int eq = args[i].indexOf('=');
             if (eq <= 0) {
