@@ -420,9 +420,25 @@ func TestStreamsEOSCountBrokerKill9(t *testing.T) {
 				}
 				return fmt.Errorf("output high watermarks %v, before the round %v", now, before)
 			})
-			lso, _ := e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadCommitted)
-			hwm, _ := e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted)
-			t.Logf("round %d: kill -9 with output LSO %v, HWM %v", r, lso, hwm)
+			// Best effort, for a few seconds: catch a moment with a transaction open on the
+			// output (LSO behind the high watermark), the case exactly-once is about.
+			var lso, hwm map[int32]int64
+			open := e2ePoll(5*time.Second, 10*time.Millisecond, func() error {
+				var err error
+				if hwm, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted); err != nil {
+					return err
+				}
+				if lso, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadCommitted); err != nil {
+					return err
+				}
+				for p := range hwm {
+					if lso[p] < hwm[p] {
+						return nil
+					}
+				}
+				return fmt.Errorf("no open transaction")
+			}) == nil
+			t.Logf("round %d: kill -9 with output LSO %v, HWM %v (transaction open: %v)", r, lso, hwm, open)
 			b.Kill(t)
 			b.Restart(t)
 			st.done(fmt.Sprintf("kill -9 #%d", r))
