@@ -74,7 +74,9 @@ for ((r = 1; r <= rounds; r++)); do
 		app_pid=$!
 		json=$(./bin/streamsload wait --brokers 127.0.0.1:$port --out "$outt" --keys "$keys" --per-key "$per_key" \
 			2>"$work/wait.err" | tail -1) || true
-		cpu=$(awk -v a="$cpu0" -v b="$(cpu_seconds "$pid")" 'BEGIN{printf "%.1f", b-a}')
+		cpu1=$(cpu_seconds "$pid")
+		cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN{printf "%.1f", b-a}')
+		echo "  $b: broker CPU $cpu0 s before the app, $cpu1 s after" >&2
 		rss=$(peak_rss_mb "$pid")
 		kill -TERM "$app_pid"; wait "$app_pid" || true; app_pid=""
 		if [[ "$json" != "{"* ]]; then

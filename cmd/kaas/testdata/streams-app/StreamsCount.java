@@ -40,7 +40,8 @@ public final class StreamsCount {
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
         // No record cache: every input record updates the store, its changelog and the output,
         // so the committed output of a key is exactly 1, 2, ..., n and the changelog has one
-        // record per input record (what makes its compaction visible).
+        // record per input record (what makes its compaction visible). bench/perf-streams.sh
+        // passes statestore.cache.max.bytes as an argument to measure with Streams' default.
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         // A broker killed with -9 comes back within seconds: keep retrying instead of failing
         // the task (task.timeout.ms) or the producer (delivery.timeout.ms) early.
