@@ -397,10 +397,14 @@ func TestStreamsEOSCountBrokerKill9(t *testing.T) {
 	app := newE2EStreamsApp(t, b.Addr(), appID, in, out, t.TempDir())
 	app.start(t)
 	for r := 0; r < rounds; r++ {
-		before, err := e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// Retried: a just-created topic may not be known to every part of the broker yet
+		// (UNKNOWN_TOPIC_OR_PARTITION for a moment on Apache Kafka).
+		var before map[int32]int64
+		e2eEventually(t, 30*time.Second, "output offsets before round "+strconv.Itoa(r), func() error {
+			var err error
+			before, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted)
+			return err
+		})
 		e2eStreamsProduce(t, cl, in, r*per, (r+1)*per)
 		if r == 1 || r == 2 {
 			// Kill once the app has written some of this round (read_uncommitted high watermark
