@@ -24,6 +24,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // e2e848Member is one Copier848 JVM.
@@ -345,4 +348,77 @@ func e2eGroupsListedType(t *testing.T, addr, typ string) map[string]bool {
 		}
 	}
 	return m
+}
+
+// TestKIP848DescribeGroupsClassicAPI pins what the classic DescribeGroups API answers for a live
+// consumer (KIP-848) group, as measured on Apache Kafka 4.1.1 (KAAS_E2E_BROKER=kafka): the
+// classic API only describes classic groups, so the group is Dead with no error up to v5 and
+// GROUP_ID_NOT_FOUND "Group <id> is not a classic group." (state Dead) at v6 (KIP-1043). Kafka's Admin client
+// describes such a group with ConsumerGroupDescribe instead, which kafka-consumer-groups shows.
+func TestKIP848DescribeGroupsClassicAPI(t *testing.T) {
+	requireKafkaLib(t)
+	b := startE2EBroker(t)
+	addr := b.Addr()
+	in, out, group := e2eName("in848d"), e2eName("out848d"), e2eName("grp848d")
+	e2eCreateTopic(t, addr, in, 2)
+	e2eCreateTopic(t, addr, out, 1)
+	classes := e2e848Compile(t)
+	m := e2e848Start(t, classes, addr, in, out, group, "d1")
+	e2eEventually(t, 90*time.Second, "member d1 assigned", func() error {
+		if m.exited() {
+			return fmt.Errorf("member exited: %s: %w", m.stderrTail(), errPollAbort)
+		}
+		if a, _, _ := m.snapshot(); len(a) != 2 {
+			return fmt.Errorf("member owns %v", a)
+		}
+		return nil
+	})
+	for _, v := range []int16{5, 6} {
+		// kgo sends the highest version both sides support: cap DescribeGroups (key 15) at v.
+		vs := kversion.Stable()
+		vs.SetMaxKeyVersion(15, v)
+		cl := e2eTxnClient(t, addr, kgo.MaxVersions(vs))
+		var g kmsg.DescribeGroupsResponseGroup
+		e2eEventually(t, 30*time.Second, "DescribeGroups", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			req := kmsg.NewPtrDescribeGroupsRequest()
+			req.Version = v
+			req.Groups = []string{group}
+			resp, err := req.RequestWith(ctx, cl) // kgo sends it to the group coordinator
+			if err != nil {
+				return err
+			}
+			if len(resp.Groups) != 1 {
+				return fmt.Errorf("%d groups", len(resp.Groups))
+			}
+			g = resp.Groups[0]
+			if g.ErrorCode == 16 {
+				return fmt.Errorf("not coordinator yet")
+			}
+			return nil
+		})
+		msg := ""
+		if g.ErrorMessage != nil {
+			msg = *g.ErrorMessage
+		}
+		t.Logf("DescribeGroups v%d: error %d %q state %q protocol type %q protocol %q, %d members", v, g.ErrorCode, msg, g.State, g.ProtocolType, g.Protocol, len(g.Members))
+		switch v {
+		case 5:
+			if g.ErrorCode != 0 || g.State != "Dead" || g.ProtocolType != "" || len(g.Members) != 0 {
+				t.Errorf("DescribeGroups v5 of a consumer group: want Dead with no error and no members")
+			}
+		case 6:
+			if g.ErrorCode != 69 || msg != "Group "+group+" is not a classic group." || g.State != "Dead" || len(g.Members) != 0 {
+				t.Errorf("DescribeGroups v6 of a consumer group: want GROUP_ID_NOT_FOUND, \"Group %s is not a classic group.\"", group)
+			}
+		}
+	}
+	desc := e2eGroupsCLI(t, addr, "--describe", "--group", group, "--members")
+	e2eGroupsNoError(t, "describe --members", desc)
+	if rows := e2eGroupsTable(t, desc.stdout, "CONSUMER-ID", "CLIENT-ID", "#PARTITIONS"); len(rows) != 1 || rows[0]["CLIENT-ID"] != "d1" || rows[0]["#PARTITIONS"] != "2" {
+		t.Errorf("describe --members: want d1 with 2 partitions, got:\n%s", desc.stdout)
+	}
+	m.signal(syscall.SIGTERM)
+	<-m.done
 }
