@@ -34,6 +34,19 @@ type ValidateOptions struct {
 	TargetLevel       int
 }
 
+// RecordError is one invalid record of a produced batch: its index in the batch and why.
+type RecordError struct {
+	Index   int32
+	Message string
+}
+
+// MaxRecordErrors bounds RecordErrors. Apache's LogValidator checks every record, collects one
+// error per invalid record and answers them all; kaas does the same up to this many. Without a
+// bound, a 64 MiB decompressed batch of minimal keyless records on a compacted topic would build
+// millions of entries for one response. A Java producer fails every record of a rejected batch
+// anyway (the listed ones with their own message), so the bound only shortens the detail.
+const MaxRecordErrors = 10000
+
 // DefaultMaxUncompressedBytes bounds the decompressed records of one produced batch. Apache has
 // no such bound (it streams); kaas decompresses a batch whole to validate it, so the bound is
 // what one produce partition may cost in memory. 64 MiB is 64 times the default
@@ -46,10 +59,14 @@ type Validated struct {
 	// in place), or a rebuilt batch when Recompressed.
 	Batch Batch
 	Code  int16
-	// RecordIndex is the record a record-level error is about (Produce v8 RecordErrors), -1 for
-	// a batch-level error; Message is Apache's error message for it.
+	// RecordIndex is the first record a record-level error is about, -1 for a batch-level
+	// error; Message is the partition's error message.
 	RecordIndex int32
 	Message     string
+	// RecordErrors lists every invalid record of the batch (Produce v8 RecordErrors), in batch
+	// order, at most MaxRecordErrors of them; RecordErrorsDropped counts those left off.
+	RecordErrors        []RecordError
+	RecordErrorsDropped int
 	// DecompressLimited: refused because it inflated past MaxUncompressedBytes.
 	DecompressLimited bool
 	// Recompressed: Batch is a new batch (another codec, or Renumbered).
@@ -180,7 +197,10 @@ func ValidateProduceBatch(records []byte, o ValidateOptions) Validated {
 	}
 	v.UncompressedBytes = len(recs)
 	if code := w.walk(recs, malformed); code != CodeNone {
-		v.RecordIndex, v.Message = w.failedAt, w.reason
+		v.Message = w.reason
+		if len(w.errs) > 0 {
+			v.RecordIndex, v.RecordErrors, v.RecordErrorsDropped = w.errs[0].Index, w.errs, w.dropped
+		}
 		return fail(code)
 	}
 	if !o.LogAppendTime && !b.IsLogAppendTime() && w.maxTs != b.MaxTimestamp() {
@@ -270,82 +290,115 @@ type recordWalk struct {
 	renumber    bool
 	misnumbered bool  // out
 	maxTs       int64 // out: the largest record timestamp
-	failedAt    int32 // out: index of the offending record for record-level errors, else -1
-	reason      string
+	// out: the record-level errors (one per invalid record, at most MaxRecordErrors), how many
+	// more were left off, whether one is a timestamp error, and the partition's error message.
+	errs    []RecordError
+	dropped int
+	badTs   bool
+	reason  string
+}
+
+// recordErr notes record i as invalid and moves on to the next record: Apache's LogValidator
+// checks every record of the batch and answers one RecordError per invalid one.
+func (w *recordWalk) recordErr(i int32, msg string) {
+	if len(w.errs) >= MaxRecordErrors {
+		w.dropped++
+		return
+	}
+	w.errs = append(w.errs, RecordError{Index: i, Message: msg})
+}
+
+// malformed ends the walk on a framing error: the records collected so far are not reported,
+// the batch as a whole is bad.
+func (w *recordWalk) malformed(code int16) int16 {
+	w.errs, w.dropped = nil, 0
+	return code
 }
 
 // walk returns CodeNone or the error: malformed for framing problems (lengths, varints, record
-// count), INVALID_RECORD for offset deltas and missing keys, INVALID_TIMESTAMP for timestamps.
+// count), which end the walk at once (Apache's record iterator throws there, with no record
+// detail). Record-level problems are collected over the whole batch: offset deltas and missing
+// keys are INVALID_RECORD, timestamps INVALID_TIMESTAMP, and as in Apache a batch with any
+// timestamp error answers INVALID_TIMESTAMP, else INVALID_RECORD.
 func (w *recordWalk) walk(p []byte, malformed int16) int16 {
-	w.failedAt = -1
+	w.errs, w.dropped, w.badTs = nil, 0, false
 	w.maxTs = math.MinInt64
 	for i := int32(0); i < w.n; i++ {
+		bad := false // this record already has its error: one per record, the first found
 		l, k := binary.Varint(p)
 		if k <= 0 || l < 0 || int64(len(p)-k) < l {
 			w.reason = "record size does not match the bytes"
-			return malformed
+			return w.malformed(malformed)
 		}
 		rec := p[k : k+int(l)]
 		p = p[k+int(l):]
 		if len(rec) < 1 {
-			return malformed
+			return w.malformed(malformed)
 		}
 		rec = rec[1:] // attributes (unused in v2)
 		tsd, k := binary.Varint(rec)
 		if k <= 0 {
-			return malformed
+			return w.malformed(malformed)
 		}
 		ts := w.base + tsd
 		rec = rec[k:]
 		od, k := binary.Varint(rec)
 		if k <= 0 {
-			return malformed
+			return w.malformed(malformed)
 		}
 		if od != int64(i) && w.renumber {
 			w.misnumbered = true
 		} else if od != int64(i) {
-			w.failedAt, w.reason = i, "offset delta "+strconv.FormatInt(od, 10)+" where "+strconv.Itoa(int(i))+" was expected"
-			return CodeInvalidRecord
+			w.recordErr(i, "offset delta "+strconv.FormatInt(od, 10)+" where "+strconv.Itoa(int(i))+" was expected")
+			bad = true
 		}
 		rec = rec[k:]
 		kl, k := binary.Varint(rec)
 		if k <= 0 || kl < -1 || int64(len(rec)-k) < kl {
-			return malformed
+			return w.malformed(malformed)
 		}
-		if kl < 0 && w.compacted {
-			w.failedAt, w.reason = i, "Compacted topic cannot accept message without key"
-			return CodeInvalidRecord
+		if kl < 0 && w.compacted && !bad {
+			w.recordErr(i, "Compacted topic cannot accept message without key")
+			bad = true
 		}
 		rec = rec[k+max(int(kl), 0):]
 		var ok bool
 		if rec, ok = skipVarBytes(rec); !ok { // value
-			return malformed
+			return w.malformed(malformed)
 		}
 		hc, k := binary.Varint(rec)
 		if k <= 0 || hc < 0 {
-			return malformed
+			return w.malformed(malformed)
 		}
 		rec = rec[k:]
 		for h := int64(0); h < hc; h++ {
 			if rec, ok = skipVarBytes(rec); !ok {
-				return malformed
+				return w.malformed(malformed)
 			}
 			if rec, ok = skipVarBytes(rec); !ok {
-				return malformed
+				return w.malformed(malformed)
 			}
 		}
 		if len(rec) != 0 {
-			return malformed
+			return w.malformed(malformed)
 		}
-		if w.checkTs && (ts < w.lo || ts > w.hi) {
-			w.failedAt, w.reason = i, "timestamp "+strconv.FormatInt(ts, 10)+" of the record is out of range"
-			return CodeInvalidTimestamp
+		if w.checkTs && (ts < w.lo || ts > w.hi) && !bad {
+			w.recordErr(i, "timestamp "+strconv.FormatInt(ts, 10)+" of the record is out of range")
+			w.badTs = true
 		}
 		w.maxTs = max(w.maxTs, ts)
 	}
 	if len(p) != 0 {
 		w.reason = "bytes left after the declared record count"
-		return malformed
+		return w.malformed(malformed)
+	}
+	if n := len(w.errs) + w.dropped; n > 0 {
+		if w.badTs {
+			w.reason = strconv.Itoa(n) + " record(s) rejected: invalid timestamp"
+			return CodeInvalidTimestamp
+		}
+		w.reason = strconv.Itoa(n) + " record(s) rejected, the first: " + w.errs[0].Message
+		return CodeInvalidRecord
 	}
 	return CodeNone
 }

@@ -239,23 +239,30 @@ func handleProduce(rc *reqCtx) (kmsg.Response, error) {
 }
 
 // rejectProduce answers a batch validation failed, with Apache's record-level detail (Produce v8
-// RecordErrors: the failing record's index and message) where the failure is about one record.
+// RecordErrors): like Apache's LogValidator, one entry (batch index and message) per invalid
+// record of the batch, not only the first (up to codec.MaxRecordErrors; the rest are counted).
 func rejectProduce(out *kmsg.ProduceResponseTopicPartition, v *codec.Validated, version int16) {
 	out.ErrorCode = v.Code
 	mProduceRejected.Inc()
 	if v.DecompressLimited {
 		mProduceDecompressLimited.Inc()
 	}
+	if v.RecordErrorsDropped > 0 {
+		mProduceRecordErrorsDropped.Add(v.RecordErrorsDropped)
+	}
 	if version < 8 || v.Message == "" {
 		return
 	}
 	msg := v.Message
 	out.ErrorMessage = &msg
-	if v.RecordIndex >= 0 {
-		re := kmsg.NewProduceResponseTopicPartitionErrorRecord()
-		re.RelativeOffset = v.RecordIndex
-		re.ErrorMessage = &msg
-		out.ErrorRecords = append(out.ErrorRecords, re)
+	if len(v.RecordErrors) > 0 {
+		out.ErrorRecords = make([]kmsg.ProduceResponseTopicPartitionErrorRecord, len(v.RecordErrors))
+		for i := range v.RecordErrors {
+			re := &out.ErrorRecords[i]
+			re.Default()
+			re.RelativeOffset = v.RecordErrors[i].Index
+			re.ErrorMessage = &v.RecordErrors[i].Message
+		}
 	}
 }
 

@@ -7,7 +7,9 @@ package server
 //     then the coordinator, which answers from the group's own goroutine (deferred reply, fan-in).
 //   - A group that only has committed offsets (for example after a restart, before anyone
 //     rejoined) is Empty; an unknown group is Dead with no error (Apache, v0-5) and, from v6
-//     (KIP-1043), GROUP_ID_NOT_FOUND with a message, so Kafka 4.x tools report it as such. Member metadata
+//     (KIP-1043), GROUP_ID_NOT_FOUND with a message, so Kafka 4.x tools report it as such. A
+//     consumer (KIP-848) group is answered the same way, with "Group <id> is not a classic
+//     group." (Apache 4.1.1, measured): ConsumerGroupDescribe is the API that describes it. Member metadata
 //     and assignments are filled only when Stable; client_id and client_host are the member's.
 //   - v3+ include_authorized_operations: the bitfield of the group operations the principal holds
 //     (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS, as Apache 4.1)
@@ -50,9 +52,15 @@ func handleDescribeGroups(rc *reqCtx) (kmsg.Response, error) {
 		rc.s.deps.Groups.DescribeGroup(id, func(d kmsg.DescribeGroupsResponseGroup) {
 			defer rc.guard()
 			d.AuthorizedOperations = ops
-			if req.Version >= 6 && d.ErrorCode == codec.CodeNone && d.State == "Dead" {
-				msg := "Group " + id + " not found."
-				d.ErrorCode, d.ErrorMessage = codec.CodeGroupIDNotFound, &msg
+			switch {
+			case req.Version >= 6 && d.ErrorCode == codec.CodeNone && d.State == "Dead":
+				if d.ErrorMessage == nil { // else the coordinator's reason ("is not a classic group")
+					msg := "Group " + id + " not found."
+					d.ErrorMessage = &msg
+				}
+				d.ErrorCode = codec.CodeGroupIDNotFound
+			case req.Version < 6:
+				d.ErrorMessage = nil
 			}
 			resp.Groups[i] = d
 			f.finish()

@@ -283,15 +283,23 @@ func TestConsumerGroup848MembersJoinAndLeave(t *testing.T) {
 				t.Fatalf("a consumer was never assigned anything: c1 %d, c2 %d, c3 %d",
 					own.assignments("c1"), own.assignments("c2"), own.assignments("c3"))
 			}
-			// DescribeGroups and ListGroups see a consumer group.
+			// ConsumerGroupDescribe and ListGroups see a consumer group; the classic
+			// DescribeGroups does not describe it (Apache 4.1: GROUP_ID_NOT_FOUND at v6).
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
+			cg, err := adm.DescribeConsumerGroups(ctx, grp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := cg[grp]; g.Err != nil || g.State != "Stable" || len(g.Members) != 2 {
+				t.Fatalf("ConsumerGroupDescribe: err %v state %q members %d", g.Err, g.State, len(g.Members))
+			}
 			dg, err := adm.DescribeGroups(ctx, grp)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if g := dg[grp]; g.ProtocolType != "consumer" || g.State != "Stable" || len(g.Members) != 2 {
-				t.Fatalf("DescribeGroups: protocol type %q state %q members %d", g.ProtocolType, g.State, len(g.Members))
+			if g := dg[grp]; !errors.Is(g.Err, kerr.GroupIDNotFound) || g.State != "Dead" || len(g.Members) != 0 {
+				t.Fatalf("DescribeGroups of a consumer group: err %v state %q members %d", g.Err, g.State, len(g.Members))
 			}
 			lreq := kmsg.NewPtrListGroupsRequest()
 			lreq.TypesFilter = []string{"consumer"}
@@ -784,5 +792,40 @@ func TestConsumerGroup848ACLs(t *testing.T) {
 	}
 	if len(d.Members) != 2 || assigned != 1 {
 		t.Fatalf("%d members, %d partitions of t assigned", len(d.Members), assigned)
+	}
+}
+
+// TestDescribeGroupsOfConsumerGroupIsNotClassic: the classic DescribeGroups API answers a live
+// consumer group as Apache 4.1.1 does (measured with TestKIP848DescribeGroupsClassicAPI against
+// the reference broker): Dead with no error at v5, GROUP_ID_NOT_FOUND "Group <id> is not a
+// classic group." at v6, no members either way.
+func TestDescribeGroupsOfConsumerGroupIsNotClassic(t *testing.T) {
+	addr, _ := newTestBroker(t, fast848)
+	adminCl := grpClient(t, addr)
+	defer adminCl.Close()
+	grpCreateTopic(t, kadm.NewClient(adminCl), "notclassic848", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	join := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	join.Group, join.MemberID, join.MemberEpoch, join.RebalanceTimeoutMillis = "nc", "m1", 0, 5000
+	join.SubscribedTopicNames = []string{"notclassic848"}
+	join.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	if r, err := join.RequestWith(ctx, adminCl); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("ConsumerGroupHeartbeat join: %v %+v", err, r)
+	}
+	rc := dialRaw(t, addr)
+	for _, v := range []int16{5, 6} {
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Version = v
+		req.Groups = []string{"nc"}
+		g := fxRoundTrip[*kmsg.DescribeGroupsResponse](t, rc, req).Groups[0]
+		switch {
+		case len(g.Members) != 0 || g.State != "Dead" || g.ProtocolType != "":
+			t.Fatalf("v%d: %+v", v, g)
+		case v == 5 && g.ErrorCode != 0:
+			t.Fatalf("v5: error %d", g.ErrorCode)
+		case v == 6 && (g.ErrorCode != kerr.GroupIDNotFound.Code || g.ErrorMessage == nil || *g.ErrorMessage != "Group nc is not a classic group."):
+			t.Fatalf("v6: error %d message %v", g.ErrorCode, g.ErrorMessage)
+		}
 	}
 }

@@ -41,6 +41,10 @@ func init() {
 
 var mProduceRejected = metrics.NewCounter(`kaas_produce_rejected_batches_total`)
 
+// Invalid records of rejected batches left out of the Produce response's RecordErrors
+// (codec.MaxRecordErrors per batch).
+var mProduceRecordErrorsDropped = metrics.NewCounter(`kaas_produce_record_errors_dropped_total`)
+
 // Compressed produce: batches refused because they inflate past the decompression limit
 // (codec.DefaultMaxUncompressedBytes; a decompression bomb or an outsized batch), bytes
 // decompressed for validation, and batches recompressed into the topic's compression.type.

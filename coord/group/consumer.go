@@ -966,51 +966,6 @@ func (g *group) describeConsumer() kmsg.ConsumerGroupDescribeResponseGroup {
 	return d
 }
 
-// describeAsClassic is DescribeGroups for a consumer group, as Apache 4.x answers it: protocol
-// type "consumer", the assignor as the protocol, the consumer group's state, and each member's
-// subscription and assignment in the classic consumer protocol's encoding.
-func (g *group) describeAsClassic() kmsg.DescribeGroupsResponseGroup {
-	cg := g.cg
-	topics := g.c.topicSnapshot()
-	d := kmsg.NewDescribeGroupsResponseGroup()
-	d.Group = g.id
-	d.State = cg.state()
-	d.ProtocolType = "consumer"
-	d.Protocol = cg.assignor
-	if d.Protocol == "" {
-		d.Protocol = g.preferredAssignor()
-	}
-	for _, m := range cg.sortedMembers() {
-		dm := kmsg.NewDescribeGroupsResponseGroupMember()
-		dm.MemberID = m.id
-		if m.instanceID != "" {
-			inst := m.instanceID
-			dm.InstanceID = &inst
-		}
-		dm.ClientID = m.clientID
-		dm.ClientHost = m.clientHost
-		md := kmsg.NewConsumerMemberMetadata()
-		md.Version = 3
-		md.Topics = m.subscribedTopics(topics)
-		if m.rackID != "" {
-			rack := m.rackID
-			md.Rack = &rack
-		}
-		dm.ProtocolMetadata = md.AppendTo(nil)
-		as := kmsg.NewConsumerMemberAssignment()
-		as.Version = 3
-		for _, t := range sortedTopics(partitionCounts(m.assigned)) {
-			at := kmsg.NewConsumerMemberAssignmentTopic()
-			at.Topic = topics.byID[t]
-			at.Partitions = append([]int32(nil), m.assigned[t]...)
-			as.Topics = append(as.Topics, at)
-		}
-		dm.MemberAssignment = as.AppendTo(nil)
-		d.Members = append(d.Members, dm)
-	}
-	return d
-}
-
 // consumerAdminLeave is LeaveGroup (v3+, kafka-consumer-groups --delete-members or Admin
 // removeMembersFromConsumerGroup) on a consumer group: the member, named by instance id or member
 // id, is removed as if it had left.

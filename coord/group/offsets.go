@@ -296,9 +296,10 @@ func (c *Coordinator) DeleteGroup(group string, done func(code int16)) {
 	}
 }
 
-// DescribeGroup serves DescribeGroups for one group. Unknown groups are described as Dead with no
-// error (Apache, DescribeGroups v0-5). Member metadata and assignments are included only when
-// Stable, as Apache does.
+// DescribeGroup serves DescribeGroups for one group. Unknown groups, and consumer groups (which
+// the classic API does not describe), are described as Dead with no error (Apache,
+// DescribeGroups v0-5); ErrorMessage then says why, for v6. Member metadata and assignments are
+// included only when Stable, as Apache does.
 func (c *Coordinator) DescribeGroup(group string, done func(kmsg.DescribeGroupsResponseGroup)) {
 	dead := func() kmsg.DescribeGroupsResponseGroup {
 		d := kmsg.NewDescribeGroupsResponseGroup()
@@ -327,7 +328,14 @@ func (c *Coordinator) DescribeGroup(group string, done func(kmsg.DescribeGroupsR
 			return
 		}
 		if g.cg != nil && g.state != Dead {
-			done(g.describeAsClassic())
+			// The classic API describes classic groups only. Apache 4.1 answers a consumer
+			// (KIP-848) group as Dead, which DescribeGroups v6 (KIP-1043) turns into
+			// GROUP_ID_NOT_FOUND with this message; clients describe it with
+			// ConsumerGroupDescribe instead (Kafka's Admin, kafka-consumer-groups).
+			d := dead()
+			msg := "Group " + group + " is not a classic group."
+			d.ErrorMessage = &msg
+			done(d)
 			return
 		}
 		d := kmsg.NewDescribeGroupsResponseGroup()
