@@ -205,23 +205,7 @@ func TestConsumerGroup848MembersJoinAndLeave(t *testing.T) {
 			defer prod.Close()
 			adm := kadm.NewClient(prod)
 			grpCreateTopic(t, adm, topic, 6)
-			produced := make(chan error, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				for i := 0; i < total; i += 100 {
-					var recs []*kgo.Record
-					for j := i; j < i+100; j++ {
-						recs = append(recs, &kgo.Record{Key: []byte(strconv.Itoa(j % 17)), Value: []byte(strconv.Itoa(j))})
-					}
-					if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-						produced <- err
-						return
-					}
-					<-time.After(20 * time.Millisecond)
-				}
-				produced <- nil
-			}()
+			produced := produceBursts(prod, total, 60*time.Second)
 			seen := &consumedSet{seen: map[string]bool{}}
 			own := newOwnership(t)
 			waitCount := func(n int) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -161,23 +162,7 @@ func TestGroupConsumeExactlyOnceAcrossRebalances(t *testing.T) {
 			grpCreateTopic(t, adm, topic, 6)
 
 			// Produce in the background, in bursts, so consumption is mid-stream throughout.
-			produced := make(chan error, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				for i := 0; i < total; i += 100 {
-					var recs []*kgo.Record
-					for j := i; j < i+100; j++ {
-						recs = append(recs, &kgo.Record{Key: []byte(fmt.Sprint(j % 17)), Value: []byte(fmt.Sprint(j))})
-					}
-					if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-						produced <- err
-						return
-					}
-					<-time.After(20 * time.Millisecond)
-				}
-				produced <- nil
-			}()
+			produced := produceBursts(prod, total, 30*time.Second)
 
 			seen := &consumedSet{seen: map[string]bool{}}
 			waitCount := func(n int) {
@@ -534,4 +519,27 @@ func TestDescribeUnknownGroupByVersion(t *testing.T) {
 			t.Fatalf("v6: %+v", g)
 		}
 	}
+}
+
+// produceBursts produces the values 0..total-1 (keys value%17) in bursts of 100, 20 ms apart, in
+// the background, so a group consumes mid-stream throughout; the channel gets the outcome.
+func produceBursts(prod *kgo.Client, total int, timeout time.Duration) <-chan error {
+	produced := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		for i := 0; i < total; i += 100 {
+			var recs []*kgo.Record
+			for j := i; j < min(i+100, total); j++ {
+				recs = append(recs, &kgo.Record{Key: []byte(strconv.Itoa(j % 17)), Value: []byte(strconv.Itoa(j))})
+			}
+			if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				produced <- err
+				return
+			}
+			<-time.After(20 * time.Millisecond)
+		}
+		produced <- nil
+	}()
+	return produced
 }
