@@ -258,16 +258,7 @@ func Compress(dst []byte, c, level int, src []byte) ([]byte, error) {
 		p := gzipWriterPool(level)
 		w := p.Get().(*gzipWriter)
 		defer p.Put(w)
-		w.out.B = dst
-		w.Reset(&w.out)
-		if _, err := w.Write(src); err != nil {
-			return dst, err
-		}
-		if err := w.Close(); err != nil {
-			return dst, err
-		}
-		dst, w.out.B = w.out.B, nil
-		return dst, nil
+		return compressStream(w.Writer, &w.out, dst, src)
 	case CompressionSnappy:
 		// xerial framing, as the Java producer writes it: Java consumers of old versions read
 		// only this form.
@@ -291,20 +282,35 @@ func Compress(dst []byte, c, level int, src []byte) ([]byte, error) {
 		p := lz4WriterPool(level)
 		w := p.Get().(*lz4Writer)
 		defer p.Put(w)
-		w.out.B = dst
-		w.Reset(&w.out)
-		if _, err := w.Write(src); err != nil {
-			return dst, err
-		}
-		if err := w.Close(); err != nil {
-			return dst, err
-		}
-		dst, w.out.B = w.out.B, nil
-		return dst, nil
+		return compressStream(w.Writer, &w.out, dst, src)
 	case CompressionZstd:
 		return zstdEncoder(level).EncodeAll(src, dst), nil
 	}
 	return dst, errUnknownCodec
+}
+
+// streamWriter is what gzip.Writer and lz4.Writer have in common: a reusable stream encoder.
+type streamWriter interface {
+	Reset(io.Writer)
+	Write([]byte) (int, error)
+	Close() error
+}
+
+// compressStream appends src encoded by the pooled w to dst, writing through out (which holds dst
+// only for the call, so the pooled writer keeps no reference to the caller's slice).
+func compressStream(w streamWriter, out *sliceWriter, dst, src []byte) ([]byte, error) {
+	out.B = dst
+	w.Reset(out)
+	_, err := w.Write(src)
+	if err == nil {
+		err = w.Close()
+	}
+	res := out.B
+	out.B = nil
+	if err != nil {
+		return dst, err // dst as given: a partial frame is not handed back
+	}
+	return res, nil
 }
 
 // sliceWriter appends to B (an io.Writer over a caller's slice).
