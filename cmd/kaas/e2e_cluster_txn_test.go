@@ -659,20 +659,7 @@ func TestClusterTxnToolsAcrossBrokers(t *testing.T) {
 	startOffset, hungPID := hungRecs[0].Offset, hungRecs[0].ProducerID
 	ok := mk(okID)
 	defer ok.Close()
-	if err := ok.BeginTransaction(); err != nil {
-		t.Fatalf("BeginTransaction: %v", err)
-	}
-	var okVals []string
-	for i := 0; i < 5; i++ {
-		v := fmt.Sprintf("ok-%d", i)
-		okVals = append(okVals, v)
-		if err := ok.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte(v)}).FirstErr(); err != nil {
-			t.Fatalf("produce: %v", err)
-		}
-	}
-	if err := ok.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
+	okVals := e2eCommitOnPartition0(t, ctx, ok, "ok-", 5)
 	st.done("abandoned + committed producers")
 
 	cl := e2eTxnClient(t, c.bootstrap())

@@ -911,20 +911,7 @@ func TestTxnToolsFlows(t *testing.T) {
 	okID := e2eName("tools-ok")
 	ok := e2eTxnClient(t, addr, kgo.TransactionalID(okID), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err := ok.BeginTransaction(); err != nil {
-		t.Fatalf("BeginTransaction: %v", err)
-	}
-	var okVals []string
-	for i := 0; i < 5; i++ {
-		v := fmt.Sprintf("ok-%d", i)
-		okVals = append(okVals, v)
-		if err := ok.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte(v)}).FirstErr(); err != nil {
-			t.Fatalf("produce: %v", err)
-		}
-	}
-	if err := ok.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
+	okVals := e2eCommitOnPartition0(t, ctx, ok, "ok-", 5)
 	st.done("abandoned + committed producers")
 
 	cl := e2eTxnClient(t, addr)
@@ -1178,4 +1165,25 @@ func e2eDropSlotEntry(t *testing.T, path, tid string) {
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatalf("cannot rewrite %s: %v", path, err)
 	}
+}
+
+// e2eCommitOnPartition0 commits one transaction of n records prefix0..prefix<n-1> on partition 0
+// of cl's default topic and returns their values.
+func e2eCommitOnPartition0(t *testing.T, ctx context.Context, cl *kgo.Client, prefix string, n int) []string {
+	t.Helper()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatalf("BeginTransaction: %v", err)
+	}
+	var vals []string
+	for i := 0; i < n; i++ {
+		v := fmt.Sprintf("%s%d", prefix, i)
+		vals = append(vals, v)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	return vals
 }
