@@ -119,7 +119,10 @@ func (g *gnetListener) start() error {
 		gnet.WithReadBufferCap(256 << 10),
 		gnet.WithWriteBufferCap(256 << 10),
 		gnet.WithLogger(s.log.Named("gnet").Sugar()),
-		gnet.WithTCPKeepAlive(time.Minute),
+		// No gnet.WithTCPKeepAlive: gnet v2.9 sets it on the listening socket right after
+		// opening it and assigns that result over the open's error, so a bind that failed
+		// ("address already in use") surfaced as "setsockopt: bad file descriptor" on the
+		// already-closed descriptor. Keepalive is set per connection in OnOpen instead.
 		// A broker restarted after kill -9 must rebind while old connections sit in TIME_WAIT.
 		gnet.WithReuseAddr(true),
 	}
@@ -182,6 +185,11 @@ func (g *gnetListener) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	addr := ""
 	if ra := gc.RemoteAddr(); ra != nil {
 		addr = ra.String()
+	}
+	// Dead peers (a client host that vanished) are found by TCP keepalive, as Kafka's
+	// SO_KEEPALIVE on every broker socket: idle 1 min, then 5 probes 12 s apart.
+	if err := gc.SetKeepAlive(true, time.Minute, 12*time.Second, 5); err != nil {
+		g.l.s.log.Debug("cannot set TCP keepalive", zap.String("remote", addr), zap.Error(err))
 	}
 	c := newConn(g.l.s, g.l, addr)
 	c.gc = gc

@@ -138,16 +138,68 @@ func e2ePoll(timeout, every time.Duration, cond func() error) error {
 	}
 }
 
-// freePort asks the kernel for an unused loopback port. The listener is closed before the broker
-// binds it, a small race that is fine on a test machine.
+// e2eFreePort hands out a loopback port for a process the harness starts (and restarts on the
+// same address). It picks below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range): a port the kernel handed out for :0 and that was
+// closed again is the next candidate for some outgoing connection's local port (a broker's
+// etcd or peer client), and a fresh-clone CI run lost exactly that race (the broker's bind
+// failed with EADDRINUSE). Below the range only explicit binds compete, and this process
+// remembers what it handed out.
 func e2eFreePort(t *testing.T) int {
 	t.Helper()
+	e2ePorts.mu.Lock()
+	defer e2ePorts.mu.Unlock()
+	if e2ePorts.used == nil {
+		e2ePorts.used = make(map[int]bool)
+		e2ePorts.lo, e2ePorts.hi = 20000, ephemeralPortLow()
+		e2ePorts.next = e2ePorts.lo + int(time.Now().UnixNano()%int64(max(1, e2ePorts.hi-e2ePorts.lo)))
+	}
+	if span := e2ePorts.hi - e2ePorts.lo; span >= 1000 {
+		for i := 0; i < span; i++ {
+			p := e2ePorts.lo + (e2ePorts.next-e2ePorts.lo+i)%span
+			if e2ePorts.used[p] {
+				continue
+			}
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				continue // taken by someone else: try the next one
+			}
+			_ = l.Close()
+			e2ePorts.used[p] = true
+			e2ePorts.next = p + 1
+			return p
+		}
+	}
+	// No room below the ephemeral range (an unusual sysctl): let the kernel choose.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("cannot reserve a loopback port: %v", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+var e2ePorts struct {
+	mu           sync.Mutex
+	used         map[int]bool
+	lo, hi, next int
+}
+
+// ephemeralPortLow is the first port of the kernel's ephemeral range (32768 when unreadable).
+func ephemeralPortLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }
 
 // uniqueName gives topics names that do not collide with earlier runs on a long-lived broker
