@@ -203,25 +203,31 @@ func e2eClusterTxnNoHanging(t *testing.T, c *e2eCluster, what string) {
 // TestClusterTxnMessageCopierChaos is transactions_test.py across brokers: 4
 // TransactionalMessageCopier processes (one per input partition, random aborts, KIP-447 group
 // metadata) copy numbered records through the 3 seeds while a random broker is killed with
-// kill -9 every 10 s for 3 rounds (restarted after each; the survivors take its partitions, slots
-// and shards over), then every broker in turn is bounced with SIGTERM. Afterwards read_committed
-// output holds every input record exactly once, each input partition in order, the group's
-// offsets are the input end offsets, and nothing is left open: no transaction listed Ongoing or
-// Prepare*, find-hanging empty on every broker id.
+// kill -9 at 10, 25 and 40 % of the copy (restarted after each; the survivors take its
+// partitions, slots and shards over), then every broker in turn is bounced with SIGTERM at 55, 70
+// and 85 %. Afterwards read_committed output holds every input record exactly once, each input
+// partition in order, the group's offsets are the input end offsets, and nothing is left open: no
+// transaction listed Ongoing or Prepare*, find-hanging empty on every broker id.
 func TestClusterTxnMessageCopierChaos(t *testing.T) {
 	requireKafkaLib(t)
 	const (
 		parts = 4
 		// About 50 s of copying at the ~1.2k records/s 4 copiers reach here with 10-record
-		// transactions on 2 cores, so every kill and bounce lands inside the copy.
-		n         = 65_000
-		killEvery = 10 * time.Second
-		kills     = 3
+		// transactions on 2 cores.
+		n = 65_000
+		// Each failure waits for this much copying since the previous one (the cluster has
+		// recovered and the copiers are committing again), and for its progress mark below.
+		minGap = 3 * time.Second
 	)
+	// The failures are placed by progress, not by the clock: on an idle machine the copy
+	// ended before the later ones of a fixed 10 s schedule (they landed at 100 %), which
+	// tested less. Three kill -9s of a random broker, then a clean bounce of each broker.
+	marks := []float64{0.10, 0.25, 0.40, 0.55, 0.70, 0.85}
+	const kills = 3
 	c := startE2ECluster(t, 3)
 	bs := c.bootstrap()
 	cfg := e2eTxnCopyCfg{in: e2eName("c-cp-in"), out: e2eName("c-cp-out"), group: e2eName("c-cp-grp"),
-		// Small transactions: many of them cross each failure, and the copy outlasts the chaos.
+		// Small transactions: many of them cross each failure.
 		inParts: parts, n: n, bootstrap: bs, txnSize: 10, timeout: 3 * time.Minute,
 		// A copier restarted after a broker failure may wait for its dead session's transaction to
 		// be reaped (see e2eTxnCopy): keep that short.
@@ -236,54 +242,47 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 10))
 	var (
-		start     time.Time
-		lastKill  time.Time
-		killed    int
-		bounced   int
-		atChaos   []float64
-		chaosDone bool
+		start    time.Time
+		lastFail time.Time
+		atChaos  []float64
 	)
 	cfg.chaos = func(progress float64) bool {
-		if chaosDone {
+		i := len(atChaos)
+		if i == len(marks) {
 			return false
 		}
 		if start.IsZero() {
 			if progress == 0 {
-				return true // the JVMs are still starting: the clock starts with the copy
+				return true // the JVMs are still starting: the schedule starts with the copy
 			}
-			start, lastKill = time.Now(), time.Now()
-			t.Logf("every copier is copying: kill -9 every %s from now", killEvery)
+			start, lastFail = time.Now(), time.Now()
+			t.Logf("every copier is copying: failures at %.2f of the copy", marks)
 		}
-		switch {
-		case killed < kills:
-			if time.Since(lastKill) < killEvery {
-				return true
-			}
-			i := rng.IntN(len(c.brokers))
-			lastKill = time.Now()
-			t.Logf("kill -9 #%d: broker %d at %.0f%% progress, %s into the copy", killed+1, i+1, 100*progress, time.Since(start).Round(time.Millisecond))
-			c.kill9AndRestart(t, i)
-			killed++
-			atChaos = append(atChaos, progress)
-		case bounced < len(c.brokers):
-			t.Logf("clean bounce of broker %d at %.0f%% progress", bounced+1, 100*progress)
-			c.bounce(t, bounced)
-			bounced++
-			atChaos = append(atChaos, progress)
-		default:
-			chaosDone = true
-			t.Logf("chaos done %s into the copy at %.0f%% progress", time.Since(start).Round(time.Millisecond), 100*progress)
-			return false
+		if progress < marks[i] || time.Since(lastFail) < minGap {
+			return true
 		}
-		return true
+		if i < kills {
+			b := rng.IntN(len(c.brokers))
+			t.Logf("kill -9 #%d: broker %d at %.0f%% progress, %s into the copy", i+1, b+1, 100*progress, time.Since(start).Round(time.Millisecond))
+			c.kill9AndRestart(t, b)
+		} else {
+			b := i - kills
+			t.Logf("clean bounce of broker %d at %.0f%% progress, %s into the copy", b+1, 100*progress, time.Since(start).Round(time.Millisecond))
+			c.bounce(t, b)
+		}
+		lastFail = time.Now()
+		atChaos = append(atChaos, progress)
+		return len(atChaos) < len(marks)
 	}
 	e2eTxnCopy(t, nil, cfg)
 	st.done("copy under kill -9 and bounces")
-	// Where in the copy each failure landed, for the log: a failure after the copy ended tests
-	// less (raise n if most land at 100 %).
 	t.Logf("progress at each kill / bounce: %.2f", atChaos)
-	if len(atChaos) == 0 || atChaos[0] >= 1 {
-		t.Errorf("the first kill -9 (10 s into the copy) came after the copy had finished (progress %.2f): raise n", atChaos)
+	// Every failure must have hit a running copy (a failure after the last record was copied
+	// tests only the checks below).
+	for i, p := range atChaos {
+		if p >= 1 {
+			t.Errorf("failure #%d (mark %.2f) came after the copy had finished: progress at each %.2f", i+1, marks[i], atChaos)
+		}
 	}
 
 	c.waitSpread(t) // the last bounce's moves settle before the checks ask every broker

@@ -549,6 +549,13 @@ func TestStreamsChangelogCompactedRestore(t *testing.T) {
 	}
 	st.done("compaction")
 
+	// The cleaner is not paused for the restore: it keeps cleaning the changelog from the
+	// restart on, while the app restores and writes the second half's changelog records.
+	var cleansBefore float64
+	kp, isKaas := b.(*kaasProc)
+	if isKaas {
+		cleansBefore, _ = e2eStreamsMetric(kp.metrics, "kaas_cleaner_cleans_total")
+	}
 	if err := os.RemoveAll(stateDir); err != nil {
 		t.Fatal(err)
 	}
@@ -556,6 +563,18 @@ func TestStreamsChangelogCompactedRestore(t *testing.T) {
 	e2eStreamsProduce(t, cl, in, half, 2*half)
 	e2eStreamsWaitCounts(t, app, cl, b.Addr(), out, 2*half, 120*time.Second)
 	st.done("restore + second half")
+	if isKaas {
+		e2eEventually(t, 60*time.Second, "a clean of the changelog while the app runs", func() error {
+			n, err := e2eStreamsMetric(kp.metrics, "kaas_cleaner_cleans_total")
+			if err != nil {
+				return err
+			}
+			if n <= cleansBefore {
+				return fmt.Errorf("kaas_cleaner_cleans_total still %v", n)
+			}
+			return nil
+		})
+	}
 	app.stop(t)
 	e2eStreamsCheckExact(t, cl, b.Addr(), out, 2*half)
 }
