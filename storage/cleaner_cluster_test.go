@@ -417,10 +417,12 @@ func TestClusterCleanerCrashAtEachStep(t *testing.T) {
 
 // TestClusterCleanerZombieCommitsAfterSuccessor: the epoch-3 leader's clean writes its manifest
 // and deletes its sources after epoch 4 took over (in one variant epoch 4 cleaned meanwhile);
-// epoch 4 keeps serving, and a takeover at epoch 5 is consistent and correct.
+// epoch 4 keeps serving, and a takeover at epoch 5 is consistent and correct. In the last
+// variant the zombie sees its lease gone (Rule P) before its manifest and commits nothing.
 func TestClusterCleanerZombieCommitsAfterSuccessor(t *testing.T) {
-	for _, successorCleans := range []bool{false, true} {
-		t.Run(fmt.Sprintf("successorCleans=%v", successorCleans), func(t *testing.T) {
+	for _, tc := range []struct{ successorCleans, leaseGone bool }{{false, false}, {true, false}, {false, true}} {
+		successorCleans := tc.successorCleans
+		t.Run(fmt.Sprintf("successorCleans=%v,leaseGone=%v", successorCleans, tc.leaseGone), func(t *testing.T) {
 			ch := buildCleanChain(t, 100)
 			pc := ch.p
 			paused, resume := make(chan struct{}), make(chan struct{})
@@ -448,11 +450,18 @@ func TestClusterCleanerZombieCommitsAfterSuccessor(t *testing.T) {
 			// c resumes (SIGCONT) past its last lease check: its clean writes back, commits its
 			// manifest and deletes its sources under epoch 4.
 			ch.cfs.Zombie("c")
+			if tc.leaseGone {
+				ch.alive.Store(false)
+			}
 			close(resume)
 			if err := <-cleanDone; err != nil {
 				t.Fatalf("zombie clean: %v", err)
 			}
-			if _, err := os.Stat(filepath.Join(ch.partDir(), cleanManifestName(3, 1))); err != nil {
+			_, err := os.Stat(filepath.Join(ch.partDir(), cleanManifestName(3, 1)))
+			switch {
+			case tc.leaseGone && (err == nil || !ch.s.Fenced()):
+				t.Fatalf("a zombie whose lease is gone committed a clean (fenced %v)", ch.s.Fenced())
+			case !tc.leaseGone && err != nil:
 				t.Fatalf("the zombie wrote no manifest: %v", err)
 			}
 			crash(ch.s)
@@ -468,12 +477,15 @@ func TestClusterCleanerZombieCommitsAfterSuccessor(t *testing.T) {
 			if len(checkLog) == 0 {
 				t.Fatal("epoch 5 reads nothing")
 			}
-			wantWinner := cleanManifestName(3, 1)
-			if successorCleans {
-				wantWinner = cleanManifestName(4, 1)
+			wantWinner := []string{cleanManifestName(3, 1)}
+			switch {
+			case successorCleans:
+				wantWinner = []string{cleanManifestName(4, 1)}
+			case tc.leaseGone:
+				wantWinner = nil
 			}
-			if got := manifestsIn(t, ch.partDir()); len(got) != 1 || got[0] != wantWinner {
-				t.Fatalf("manifests after epoch 5's takeover %v, want only %s", got, wantWinner)
+			if got := manifestsIn(t, ch.partDir()); fmt.Sprint(got) != fmt.Sprint(wantWinner) {
+				t.Fatalf("manifests after epoch 5's takeover %v, want %v", got, wantWinner)
 			}
 			checkFilesMatchList(t, "files", ch.partDir(), pe)
 			if err := e.RunCleaner(cleanerT0); err != nil {
