@@ -755,7 +755,9 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 			p.log.Warn("released segment's indexes did not load; scanning it", zap.String("segment", sf.name))
 			sf.capEnd, sf.capNext = rel.End, rel.EndOffset
 		}
-		n, err := seg.scanTo(p.interval, size)
+		// A closed segment without a recorded end may be a cleaned one (offset gaps: a
+		// single broker's clean); a recorded end is an open segment's, which is never cleaned.
+		n, err := seg.scanRange(p.interval, size, sf.capEnd < 0)
 		if err != nil {
 			return err
 		}
