@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -731,4 +732,99 @@ func TestTakeOverOfCleanedSingleBrokerDataWithoutIndexes(t *testing.T) {
 	defer c.Close()
 	pc, _ := takeOver(t, c, 1, Handover{})
 	sameLive(t, "after the takeover", mustView(t, pc), m.latest)
+}
+
+// TestClusterCleanerFallsBackFromIncompleteManifest: if the newest manifest misses a file above
+// the log start (damage), the taker uses the next one, whose files its writer's successor had
+// not deleted yet (a crash right after the newer manifest), and reads the committed model.
+func TestClusterCleanerFallsBackFromIncompleteManifest(t *testing.T) {
+	ch := buildCleanChain(t, 80)
+	if err := ch.s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	end1 := ch.p.FirstDirtyOffset()
+	m := mergeModel(ch.model, runCompactWorkloadPIDs(t, ch.p, 41, 60, 50))
+	cleanerCrashAt = func(at string) bool { return at == "cluster-after-manifest" }
+	err := ch.s.RunCleaner(cleanerT0)
+	cleanerCrashAt = nil
+	if !errors.Is(err, errCrashInjected) {
+		t.Fatalf("clean: %v, want the injected crash", err)
+	}
+	ch.cfs.Crash("c")
+	crash(ch.s)
+	buf, err := os.ReadFile(filepath.Join(ch.partDir(), cleanManifestName(3, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest cleanManifest
+	if err := json.Unmarshal(buf, &newest); err != nil || len(newest.Files) < 3 || newest.CleanEnd <= end1 {
+		t.Fatalf("second manifest %+v (%v), first clean end %d", newest, err, end1)
+	}
+	if err := os.Remove(filepath.Join(ch.partDir(), newest.Files[len(newest.Files)/2].Name)); err != nil {
+		t.Fatal(err)
+	}
+	d := openClusterStore(t, ch.dir, 4, "d1", hostFS{ch.cfs.Host("d")})
+	defer d.Close()
+	pd, _ := takeOver(t, d, 4, Handover{PrevWALDir: clusterWALDir(ch.dir, 3, "c1"), PrevInc: "c1", PrevEpoch: 3})
+	if pd.FirstDirtyOffset() != end1 {
+		t.Fatalf("first dirty offset %d, want the first manifest's clean end %d", pd.FirstDirtyOffset(), end1)
+	}
+	if sets, orig := cleanedSegs(pd, end1); len(sets) != 1 || sets[fmt.Sprintf("%010d.c%010d", 3, 1)] == 0 || len(orig) != 0 {
+		t.Fatalf("cleaned sets %v, originals below %d: %v", sets, end1, orig)
+	}
+	sameLive(t, "after the fallback", mustView(t, pd), m.latest)
+}
+
+// TestClusterCleanerRetentionRemovesCleanedPrefix: on a compact,delete topic retention deletes
+// cleaned segments from the front; the log start is checkpointed first, so the next taker still
+// takes the manifest (its missing files are below the log start) and reads what the leader had.
+func TestClusterCleanerRetentionRemovesCleanedPrefix(t *testing.T) {
+	dir := t.TempDir()
+	cfs := crashfs.New()
+	a := openClusterStore(t, dir, 1, "a1", hostFS{cfs.Host("a")})
+	cfgs := compactConfigs()
+	cfgs["cleanup.policy"] = "compact,delete"
+	cfgs["retention.ms"] = "1000"
+	if err := a.AlterTopicConfig("t", ptrMap(cfgs)); err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := takeOver(t, a, 1, Handover{})
+	runCompactWorkloadPIDs(t, pa, 51, 300, 0)
+	if err := a.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	end := pa.FirstDirtyOffset()
+	cleanedBefore, _ := cleanedSegs(pa, end)
+	// Segments whose records are older than 1000+150 ms (workload time) expire.
+	pa.retain(time.UnixMilli(1000 + 150 + 1000))
+	ls := pa.LogStartOffset()
+	if ls == 0 || ls >= end {
+		t.Fatalf("retention moved the log start to %d; the test wants it inside the cleaned range [0, %d)", ls, end)
+	}
+	if got := readLogStartFloor(pa.dir); got != ls {
+		t.Fatalf("log start checkpoint %d, want %d before the cleaned files went", got, ls)
+	}
+	cleanedAfter, _ := cleanedSegs(pa, end)
+	if fmt.Sprint(cleanedAfter) == fmt.Sprint(cleanedBefore) {
+		t.Fatalf("retention removed no cleaned segment: %v", cleanedAfter)
+	}
+	want := recordsByOffset(t, pa)
+	cfs.Crash("a")
+	crash(a)
+
+	b := openClusterStore(t, dir, 2, "b1", hostFS{cfs.Host("b")})
+	defer b.Close()
+	pb, _ := takeOver(t, b, 2, Handover{PrevWALDir: clusterWALDir(dir, 1, "a1"), PrevInc: "a1", PrevEpoch: 1})
+	if pb.FirstDirtyOffset() != end || pb.LogStartOffset() != ls {
+		t.Fatalf("taker: first dirty %d (want %d), log start %d (want %d)", pb.FirstDirtyOffset(), end, pb.LogStartOffset(), ls)
+	}
+	got := recordsByOffset(t, pb)
+	if len(got) != len(want) {
+		t.Fatalf("taker reads %d records, the leader had %d", len(got), len(want))
+	}
+	for o, r := range want {
+		if got[o] != r {
+			t.Fatalf("offset %d: taker %q, leader %q", o, got[o], r)
+		}
+	}
 }
