@@ -140,10 +140,9 @@ func parseCleanedName(name string) (e int32, seq int64, ok bool) {
 	if !found {
 		return 0, 0, false
 	}
-	if _, ep, ok := parseEpochName(stem+".log", ".log"); !ok || ep < 0 {
+	_, e, ok = parseEpochName(stem+".log", ".log")
+	if !ok || e < 0 {
 		return 0, 0, false
-	} else {
-		e = ep
 	}
 	for _, ext := range cleanedExts {
 		if s, ok := strings.CutSuffix(c, ext); ok {

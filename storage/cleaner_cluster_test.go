@@ -828,3 +828,35 @@ func TestClusterCleanerRetentionRemovesCleanedPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestCleanedNamesAreNotOriginalSegments: no directory scanner takes a cleaned file or a
+// manifest for an original segment or snapshot, and the cleaned-name parser takes only them.
+func TestCleanedNamesAreNotOriginalSegments(t *testing.T) {
+	stem := cleanedStem(1234, 7, 3)
+	for _, ext := range cleanedExts {
+		name := stem + ext
+		if _, _, ok := parseEpochName(name, ext); ok {
+			t.Fatalf("parseEpochName takes %s for an original", name)
+		}
+		if e, seq, ok := parseCleanedName(name); !ok || e != 7 || seq != 3 {
+			t.Fatalf("parseCleanedName(%s) = %d, %d, %v", name, e, seq, ok)
+		}
+	}
+	if _, _, ok := parseEpochName(stem+".log", ".snapshot"); ok {
+		t.Fatal("a cleaned file taken for a snapshot")
+	}
+	for _, name := range []string{epochFileName(1234, 7, ".log"), epochFileName(1234, 7, ".ckpt"), segmentName(5, ".log"),
+		"epoch-7.prev.ckpt", cleanManifestName(7, 3), stem + ".ckpt"} {
+		if _, _, ok := parseCleanedName(name); ok {
+			t.Fatalf("parseCleanedName takes %s", name)
+		}
+	}
+	if e, seq, ok := parseCleanManifestName(cleanManifestName(7, 3)); !ok || e != 7 || seq != 3 {
+		t.Fatalf("parseCleanManifestName = %d, %d, %v", e, seq, ok)
+	}
+	for _, bad := range []string{"clean-7.json", "clean-07-3.json", "clean-7-3.json.tmp", "clean--1-3.json"} {
+		if _, _, ok := parseCleanManifestName(bad); ok {
+			t.Fatalf("parseCleanManifestName takes %s", bad)
+		}
+	}
+}
