@@ -68,8 +68,9 @@ import (
 // loses records is written back in its own codec (Apache does the same); one that keeps all of
 // them is copied as it is. Aborted batches go whole without being decompressed.
 //
-// Cluster mode: not supported yet (the cleaner's files would need the epoch-named scheme of
-// cluster.go); Store.startCleaner refuses with a log line.
+// Cluster mode: the cleaner runs on the partition leader (the partitions loaded here). It writes
+// files named with the leader's epoch and commits them with a manifest instead of the swap;
+// see cleaner_cluster.go.
 
 // CleanerConfig configures the background cleaner (Apache's log.cleaner.* broker configs).
 type CleanerConfig struct {
@@ -253,15 +254,8 @@ func (s *Store) newCleaner() *cleaner {
 	return &cleaner{s: s, cfg: cfg, limiter: newIOLimiter(cfg.IOMaxBytesPerSecond), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// errCleanerClusterMode: see the package comment of cleaner.go.
-var errCleanerClusterMode = errors.New("log compaction is not available in cluster mode yet (the cleaner does not write epoch-named segment files)")
-
 // startCleaner starts the background cleaner (Open, when log.cleaner.enable is on).
 func (s *Store) startCleaner() {
-	if s.cfg.Incarnation != "" {
-		s.log.Warn("log cleaner not started: compacted topics are not cleaned on this broker", zap.Error(errCleanerClusterMode))
-		return
-	}
 	c := s.newCleaner()
 	s.cleaner = c
 	go c.loop()
@@ -364,8 +358,10 @@ func (c *cleaner) cleanPartition(p *Partition, now time.Time) error {
 	start := time.Now()
 	st, err := p.clean(now, c.cfg.DedupeBufferSize/int64(c.cfg.Threads), c.limiter, c.stop)
 	if err != nil {
-		if errors.Is(err, errCleanAborted) {
-			return nil // the partition changed under the clean (retention, shutdown): next time
+		if errors.Is(err, errCleanAborted) || errors.Is(err, ErrFenced) {
+			// The partition changed under the clean (retention, shutdown, release): next time.
+			// Fenced (cluster mode, Rule P): the store publishes nothing any more.
+			return nil
 		}
 		cleanerErrorsTotal.Inc()
 		if !p.cleanerOffline.Swap(true) {
@@ -389,9 +385,6 @@ func (c *cleaner) cleanPartition(p *Partition, now time.Time) error {
 // clock (lag and delete horizons). It returns the first error; the failing partitions' cleaning
 // goes offline as in the background loop.
 func (s *Store) RunCleaner(now time.Time) error {
-	if s.cfg.Incarnation != "" {
-		return errCleanerClusterMode
-	}
 	c := s.newCleaner()
 	c.cfg.Now = func() time.Time { return now }
 	if s.cleaner != nil {
@@ -520,6 +513,26 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 	nowMs := now.UnixMilli()
 	segs := plan.segs
 	logStart := p.logStart.Load()
+	// Cluster mode (cleaner_cluster.go): new names of this epoch and clean sequence, committed
+	// by a manifest instead of the rename swap. The clean also stops when the partition shuts
+	// down (Release waits for it).
+	cluster := p.nameEpoch >= 0
+	var seq int64
+	if cluster {
+		p.cleanSeq++
+		seq = p.cleanSeq
+		merged, done := make(chan struct{}), make(chan struct{})
+		defer close(done)
+		go func(outer <-chan struct{}) {
+			select {
+			case <-outer:
+			case <-p.stop:
+			case <-done:
+			}
+			close(merged)
+		}(stop)
+		stop = merged
+	}
 
 	p.txn.mu.Lock()
 	aborted := p.txn.abortedRange(logStart, math.MaxInt64)
@@ -600,16 +613,21 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 		}
 		return st, err
 	}
+	crash := func(step string) bool { return cleanerCrashAt != nil && cleanerCrashAt(step) }
 	var bb batchBuilder
 	for i := 0; i < end; i++ {
 		old := segs[i]
 		next, _, _ := old.stats()
-		f, err := p.fs.OpenFile(old.path(".log")+cleanedSuffix, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+		ns := newSegment(p.dir, old.base, nil)
+		ns.epoch = old.epoch
+		if cluster {
+			ns.epoch, ns.stem, ns.foreign = p.nameEpoch, cleanedStem(old.base, p.nameEpoch, seq), true
+		}
+		f, err := p.fs.OpenFile(cleanedPath(ns, ".log"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
 		if err != nil {
 			return fail(fmt.Errorf("cannot create cleaned segment %d: %w", old.base, err))
 		}
-		ns := newSegment(p.dir, old.base, f)
-		ns.epoch = old.epoch
+		ns.f = f
 		out = append(out, cleaned{old: old, seg: ns})
 		var pos int64
 		write := func(b codec.Batch) error {
@@ -706,6 +724,9 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			ns.rollTs = -1
 		}
 		ns.mu.Unlock()
+		if cluster && i == 0 && crash("cluster-files-written") {
+			return st, errCrashInjected
+		}
 		if err := f.Sync(); err != nil {
 			return fail(fmt.Errorf("cannot fsync cleaned segment %d: %w", old.base, err))
 		}
@@ -720,10 +741,26 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			ext  string
 			data []byte
 		}{{".index", idx}, {".timeindex", tidx}, {".txnindex", encodeTxnIndex(out[len(out)-1].aborted)}} {
-			if err := WriteFileSynced(ns.path(w.ext)+cleanedSuffix, w.data); err != nil {
+			if err := WriteFileSynced(cleanedPath(ns, w.ext), w.data); err != nil {
 				return fail(fmt.Errorf("cannot write cleaned segment %d index: %w", old.base, err))
 			}
 		}
+	}
+	if cluster {
+		cleanEnd := int64(0)
+		if end > 0 {
+			cleanEnd, _, _ = segs[end-1].stats()
+		}
+		if err := p.cleanCommitCluster(out, droppedAborts, seq, cleanEnd); err != nil {
+			if errors.Is(err, errCrashInjected) {
+				return st, err
+			}
+			return fail(err) // no manifest: the new files are orphans, removed now
+		}
+		st.segments = end
+		cleanerBytesReadTotal.Add(int(st.read))
+		cleanerBytesWrittenTotal.Add(int(st.written))
+		return st, nil
 	}
 	if err := p.swapCleaned(out, droppedAborts); err != nil {
 		if errors.Is(err, errCleanAborted) {
@@ -847,9 +884,18 @@ var cleanedExts = []string{".log", ".index", ".timeindex", ".txnindex"}
 
 var errCrashInjected = errors.New("crash injected by a test")
 
+// cleanedPath is where a clean writes file ext of its new segment s: <name>.cleaned until the
+// swap in single-broker mode, the final name (s.stem) in cluster mode.
+func cleanedPath(s *segment, ext string) string {
+	if s.stem != "" {
+		return s.path(ext)
+	}
+	return s.path(ext) + cleanedSuffix
+}
+
 func removeCleanedFiles(s *segment) {
 	for _, ext := range cleanedExts {
-		_ = os.Remove(s.path(ext) + cleanedSuffix)
+		_ = os.Remove(cleanedPath(s, ext))
 	}
 }
 

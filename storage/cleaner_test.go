@@ -84,6 +84,13 @@ const cleanerTestTopicDeleteRetention = 1000
 // transaction is closed at the end.
 func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *compactModel {
 	t.Helper()
+	return runCompactWorkloadPIDs(t, p, seed, steps, 0)
+}
+
+// runCompactWorkloadPIDs is runCompactWorkload with producer ids shifted by pidBase (a later
+// leader's workload on the same partition uses fresh producers).
+func runCompactWorkloadPIDs(t *testing.T, p *Partition, seed uint64, steps int, pidBase int64) *compactModel {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	m := &compactModel{latest: map[string][]byte{}, seqs: map[int64]int32{}}
 	// Every write with its offset; a transaction's writes count once it commits. The latest
@@ -98,7 +105,7 @@ func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *com
 	committed := map[int]bool{0: true}
 	openTxn := map[int64]int{} // pid → transaction number
 	txnNo := 0
-	const plain = 9
+	plain := 9 + pidBase
 	batch := func(n int) []kv {
 		recs := make([]kv, n)
 		for i := range recs {
@@ -129,7 +136,7 @@ func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *com
 			m.seqs[plain] = seq + int32(len(recs))
 			record(r.BaseOffset, recs, 0)
 		case x < 8:
-			pid := int64(100 + rng.IntN(3))
+			pid := 100 + pidBase + int64(rng.IntN(3))
 			if _, ok := openTxn[pid]; !ok {
 				txnNo++
 				openTxn[pid] = txnNo
@@ -150,7 +157,7 @@ func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *com
 			m.seqs[pid] = seq + int32(len(recs))
 			record(r.BaseOffset, recs, openTxn[pid])
 		default:
-			for pid := int64(100); pid < 103; pid++ {
+			for pid := 100 + pidBase; pid < 103+pidBase; pid++ {
 				if _, ok := openTxn[pid]; ok {
 					closeTxn(pid, rng.IntN(3) != 0)
 					break
@@ -158,7 +165,7 @@ func runCompactWorkload(t *testing.T, p *Partition, seed uint64, steps int) *com
 			}
 		}
 	}
-	for pid := int64(100); pid < 103; pid++ {
+	for pid := 100 + pidBase; pid < 103+pidBase; pid++ {
 		if _, ok := openTxn[pid]; ok {
 			closeTxn(pid, true)
 		}

@@ -407,9 +407,10 @@ type segFile struct {
 	nameEpoch int32 // as named (noEpoch: unsuffixed)
 	epoch     int32 // logical: noEpoch reads as 0
 	name      string
-	capEnd    int64 // recorded end in bytes (-1: none)
-	capNext   int64 // recorded end offset
-	capBy     int32 // the epoch whose file recorded the end
+	capEnd    int64      // recorded end in bytes (-1: none)
+	capNext   int64      // recorded end offset
+	capBy     int32      // the epoch whose file recorded the end
+	clean     *cleanFile // a cleaned segment of the winning clean manifest (cleaner_cluster.go)
 }
 
 // partitionView is what a fresh listing of a partition directory says is valid.
@@ -418,6 +419,10 @@ type partitionView struct {
 	segs    []segFile        // valid segments by base, capped where an epoch file says so
 	epochTo map[int32]int64  // recorded end offset of an epoch (snapshots above it are a zombie's)
 	valid   func(int32) bool // whether files named with that epoch count
+	// Log compaction (cleaner_cluster.go): the manifests found, newest first, and the winner
+	// whose files replace every segment below its cleanEnd (nil: none).
+	manifests []*cleanManifest
+	clean     *cleanManifest
 }
 
 // readPartitionView lists dir and applies the epoch chain (see the top of this file) for a taker
@@ -490,6 +495,16 @@ func readPartitionView(dir string, epoch int32) (*partitionView, error) {
 		v.segs = append(v.segs, sf)
 	}
 	sort.Slice(v.segs, func(i, j int) bool { return v.segs[i].base < v.segs[j].base })
+	names := make([]string, 0, len(ents))
+	exists := make(map[string]bool, len(ents))
+	for _, de := range ents {
+		names = append(names, de.Name())
+		exists[de.Name()] = true
+	}
+	if v.manifests, err = readCleanManifests(dir, names); err != nil {
+		return nil, err
+	}
+	v.applyCleanWinner(cleanWinner(v.manifests, v.valid, epoch, readLogStartFloor(dir), exists), exists)
 	for i := 1; i < len(v.segs); i++ {
 		if v.segs[i].base == v.segs[i-1].base {
 			return nil, fmt.Errorf("cannot take over (%s): segments %s and %s start at the same offset", dir, v.segs[i-1].name, v.segs[i].name)
@@ -619,6 +634,10 @@ func (s *Store) openTakeover(t *Topic, id int32, dir string, epoch int32, h Hand
 		p.closeFiles()
 		return nil, fmt.Errorf("cannot take over partition (%s-%d) at epoch %d: %w", t.Name, id, epoch, err)
 	}
+	if v := p.cleanView; v != nil {
+		p.cleanView = nil
+		p.gcCleanLeftovers(epoch, v.clean, v.manifests)
+	}
 	p.loaded.Store(true)
 	go p.flushLoop()
 	go p.zeroLoop()
@@ -634,6 +653,11 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 	}
 	if err := removeEpochLeftovers(p.dir, epoch); err != nil {
 		return err
+	}
+	p.cleanView = v
+	if v.clean != nil {
+		p.cleanWinner = v.clean
+		p.cleanedTo.Store(v.clean.CleanEnd)
 	}
 	p.snapOK = func(f snapFile) bool {
 		le := max(f.epoch, 0)
@@ -659,6 +683,25 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 		segs = append(segs, seg)
 		p.segs.Store(&segs)
 		last := i == len(v.segs)-1
+		if sf.clean != nil {
+			// A cleaned segment of the winning manifest: complete by construction (no cap), and
+			// its .txnindex alone holds the aborted transactions of its range (the originals'
+			// files and the prev checkpoints of a capped original there are not read).
+			if last {
+				return fmt.Errorf("the newest valid segment %s is a cleaned one: the segments after clean end %d are missing", sf.name, v.clean.CleanEnd)
+			}
+			ents, txnOK, n, err := p.openCleanedSegment(seg, sf.clean)
+			if err != nil {
+				return err
+			}
+			st.Scanned += n
+			if txnOK {
+				loadedAborted = append(loadedAborted, ents...)
+			} else {
+				badTxnBase = min(badTxnBase, seg.base)
+			}
+			continue
+		}
 		var size, next int64
 		switch {
 		case sf.capEnd >= 0:
@@ -712,7 +755,9 @@ func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) 
 			p.log.Warn("released segment's indexes did not load; scanning it", zap.String("segment", sf.name))
 			sf.capEnd, sf.capNext = rel.End, rel.EndOffset
 		}
-		n, err := seg.scanTo(p.interval, size)
+		// A closed segment without a recorded end may be a cleaned one (offset gaps: a
+		// single broker's clean); a recorded end is an open segment's, which is never cleaned.
+		n, err := seg.scanRange(p.interval, size, sf.capEnd < 0)
 		if err != nil {
 			return err
 		}
@@ -844,9 +889,10 @@ func removeEpochLeftovers(dir string, epoch int32) error {
 		return err
 	}
 	prevPrefix := fmt.Sprintf("epoch-%d.prev.", epoch)
+	cleanPrefix := fmt.Sprintf("clean-%d-", epoch)
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, prevPrefix) {
+		if strings.HasPrefix(name, prevPrefix) || strings.HasPrefix(name, cleanPrefix) {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
 				return fmt.Errorf("cannot remove leftover of an earlier takeover at epoch %d (%s): %w", epoch, name, err)
 			}
@@ -973,7 +1019,14 @@ func (s *Store) Release(topic string, part int32) (ReleaseRecord, error) {
 	p.sealOnClose = true
 	p.mu.Unlock()
 	partitionReleasesTotal.Inc()
-	if err := p.release(); err != nil {
+	err := p.release()
+	// A clean in flight either committed its manifest before the release closed the partition
+	// or commits nothing; wait for it to finish (its reads stop at shutdown, its deletions run
+	// to the end) so that nothing of this epoch writes after Release returns.
+	// Lock order: Topic.mu → Partition.cleanMu.
+	p.cleanMu.Lock()
+	p.cleanMu.Unlock()
+	if err != nil {
 		return ReleaseRecord{}, err
 	}
 	rec := p.releaseRec

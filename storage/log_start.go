@@ -42,6 +42,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
@@ -205,6 +206,20 @@ func (p *Partition) removeSegmentsLocked(segs []*segment, drop int) {
 	p.txn.trimBelow(p.logStart.Load())
 	p.mu.Unlock()
 
+	if p.nameEpoch >= 0 && slices.ContainsFunc(segs[:drop], func(s *segment) bool { return s.stem != "" }) {
+		// Cluster mode: a loader takes a clean manifest whose files are missing only if they are
+		// below the durable log start (cleaner_cluster.go), so that goes first.
+		if _, err := p.checkpointLogStart(); err != nil {
+			p.log.Warn("cannot checkpoint the log start; the removed cleaned segments' files stay", zap.Error(err))
+			p.segMu.Lock()
+			for _, s := range segs[:drop] {
+				s.deleted = true
+				_ = s.f.Close()
+			}
+			p.segMu.Unlock()
+			return
+		}
+	}
 	p.segMu.Lock()
 	for _, s := range segs[:drop] {
 		s.deleted = true

@@ -64,6 +64,7 @@ type offsetRange struct{ from, to int64 } // [from, to)
 //
 //	Partition.startMu (log start checkpoint, log_start.go) → Partition.mu
 //	Partition.cleanMu (the clean in progress, cleaner.go) → Partition.mu
+//	Topic.mu → Partition.cleanMu (Release waits for a cluster-mode clean, cleaner_cluster.go)
 //	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
 //	                          Store.pids.mu, Store.fences.mu, wal.mu
 //	fireMu → wmu
@@ -177,8 +178,15 @@ type Partition struct {
 	cleanedTo      atomic.Int64
 	cleanerOffline atomic.Bool
 	cleanMu        sync.Mutex // held by the clean in progress (never with mu held on entry)
-	sealOnClose    bool
-	releaseRec     ReleaseRecord
+	// Cluster mode (cleaner_cluster.go): cleanWinner is the clean manifest whose files the
+	// segment list holds below its cleanEnd (guarded by mu); cleanSeq the last clean sequence
+	// used at this epoch (guarded by cleanMu); cleanView the takeover's view, kept only until
+	// the leftovers it names are deleted.
+	cleanWinner *cleanManifest
+	cleanSeq    int64
+	cleanView   *partitionView
+	sealOnClose bool
+	releaseRec  ReleaseRecord
 }
 
 func (p *Partition) config() *TopicConfig { return p.topic.cfg.Load() }

@@ -66,6 +66,9 @@ type segment struct {
 	// given new index files by this partition.
 	epoch   int32
 	foreign bool
+	// stem, when set, is the file name without extension of a cluster-mode cleaned segment
+	// (<base>-<E>.c<seq>, cleaner_cluster.go); it overrides the name built from base and epoch.
+	stem string
 	// ckptPos is the position of the last recovery checkpoint written (recovery_ckpt.go).
 	ckptPos atomic.Int64
 
@@ -105,7 +108,12 @@ func newSegment(dir string, base int64, f File) *segment {
 	return &segment{base: base, dir: dir, f: f, epoch: noEpoch, next: base, maxTs: -1, maxTsOff: -1, rollTs: -1}
 }
 
-func (s *segment) name(ext string) string { return epochFileName(s.base, s.epoch, ext) }
+func (s *segment) name(ext string) string {
+	if s.stem != "" {
+		return s.stem + ext
+	}
+	return epochFileName(s.base, s.epoch, ext)
+}
 
 func (s *segment) path(ext string) string { return filepath.Join(s.dir, s.name(ext)) }
 
@@ -532,6 +540,12 @@ func (s *segment) recover(interval int64, gaps bool) (cut int64, zeroTail bool, 
 // in-memory indexes and stops at the first batch that fails, without truncating. The logical
 // size becomes the end of the last valid batch; the bytes scanned are returned.
 func (s *segment) scanTo(interval, limit int64) (int64, error) {
+	return s.scanRange(interval, limit, false)
+}
+
+// scanRange is scanTo; gaps accepts offset gaps between batches (a cleaned segment, see
+// validStoredBatch).
+func (s *segment) scanRange(interval, limit int64, gaps bool) (int64, error) {
 	st, err := s.f.Stat()
 	if err != nil {
 		return 0, err
@@ -552,7 +566,7 @@ func (s *segment) scanTo(interval, limit int64) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if status != batchOK || !validStoredBatch(b, expect, false) {
+		if status != batchOK || !validStoredBatch(b, expect, gaps) {
 			break
 		}
 		s.track(b, pos, interval, b.MaxTimestamp())
