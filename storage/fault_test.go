@@ -182,13 +182,15 @@ func TestRelaxedFlushAcksInlineAndFlushesInBackground(t *testing.T) {
 	s := openStore(t, "", func(c *Config) { c.FS = ffs })
 	defer s.Close()
 	p := newPartition(t, s, map[string]string{"flush.messages": "1000"})
+	// Taken before the append: the background flush may advance the HWM before Sync returns,
+	// and a channel taken after that would wait for the next change.
+	ch := p.Changed()
 	r := p.Append(makeBatch(t, tb{}), 0)
 	called := false
 	p.Sync(r.LastOffset+1, func(err error) { called = err == nil })
 	if !called {
 		t.Fatal("relaxed Sync did not return inline")
 	}
-	ch := p.Changed()
 	eventually(t, "background flush", func() bool { return p.HighWatermark() == 1 })
 	select {
 	case <-ch:
