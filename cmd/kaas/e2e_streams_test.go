@@ -186,6 +186,9 @@ func (a *e2eStreamsApp) kill() {
 	<-exited
 }
 
+// e2eStreamsChangelogName is the changelog topic Streams creates for the app's "counts" store.
+func e2eStreamsChangelogName(appID string) string { return appID + "-counts-changelog" }
+
 // e2eStreamsKey names key i of the workload.
 func e2eStreamsKey(i int) string { return fmt.Sprintf("k%03d", i) }
 
@@ -214,8 +217,10 @@ type e2eStreamsRec struct {
 }
 
 // e2eStreamsRead reads every partition of topic from its start up to the given end offsets
-// (LSO for read_committed, HWM otherwise), returning the data records.
-func e2eStreamsRead(addr, topic string, end map[int32]int64, committed bool, timeout time.Duration) ([]e2eStreamsRec, error) {
+// (LSO for read_committed, HWM otherwise), returning the data records. bootstrap is one broker
+// or several joined with commas (a cluster's seeds): the reader follows leadership moves, with
+// the cluster tests' short metadata age so a move costs 100 ms rather than kgo's 5 s.
+func e2eStreamsRead(bootstrap, topic string, end map[int32]int64, committed bool, timeout time.Duration) ([]e2eStreamsRec, error) {
 	parts := map[int32]kgo.Offset{}
 	next := map[int32]int64{}
 	for p, e := range end {
@@ -230,8 +235,9 @@ func e2eStreamsRead(addr, topic string, end map[int32]int64, committed bool, tim
 	if committed {
 		level = kgo.ReadCommitted()
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))
+	cl, err := kgo.NewClient(append(e2eClusterClientOpts(strings.Split(bootstrap, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))...)
 	if err != nil {
 		return nil, err
 	}
@@ -266,12 +272,12 @@ func e2eStreamsRead(addr, topic string, end map[int32]int64, committed bool, tim
 
 // e2eStreamsCounts reads the committed output: the sequence of counts of every key in offset
 // order (a key lives in one partition, so that is the order the app wrote them).
-func e2eStreamsCounts(cl *kgo.Client, addr, topic string) (map[string][]int64, error) {
+func e2eStreamsCounts(cl *kgo.Client, bootstrap, topic string) (map[string][]int64, error) {
 	lso, err := e2eTxnListOffsets(cl, topic, e2eStreamsParts, e2eTxnReadCommitted)
 	if err != nil {
 		return nil, err
 	}
-	recs, err := e2eStreamsRead(addr, topic, lso, true, 30*time.Second)
+	recs, err := e2eStreamsRead(bootstrap, topic, lso, true, 30*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -290,13 +296,13 @@ func e2eStreamsCounts(cl *kgo.Client, addr, topic string) (map[string][]int64, e
 }
 
 // e2eStreamsWaitCounts polls until the committed last count of every key is want.
-func e2eStreamsWaitCounts(t *testing.T, app *e2eStreamsApp, cl *kgo.Client, addr, topic string, want int64, timeout time.Duration) {
+func e2eStreamsWaitCounts(t *testing.T, app *e2eStreamsApp, cl *kgo.Client, bootstrap, topic string, want int64, timeout time.Duration) {
 	t.Helper()
 	e2eEventually(t, timeout, fmt.Sprintf("committed count %d for all %d keys", want, e2eStreamsKeys), func() error {
 		if err := app.check(); err != nil {
 			return err
 		}
-		seq, err := e2eStreamsCounts(cl, addr, topic)
+		seq, err := e2eStreamsCounts(cl, bootstrap, topic)
 		if err != nil {
 			return err
 		}
@@ -315,14 +321,17 @@ func e2eStreamsWaitCounts(t *testing.T, app *e2eStreamsApp, cl *kgo.Client, addr
 }
 
 // e2eStreamsCheckExact asserts exactly-once on the committed output: every key's counts are
-// 1, 2, ..., want in order, each value once.
-func e2eStreamsCheckExact(t *testing.T, cl *kgo.Client, addr, topic string, want int64) {
+// 1, 2, ..., want in order, each value once. The read is retried on errors (a partition between
+// owners right after a broker came or went answers NOT_LEADER for a moment), never on content.
+func e2eStreamsCheckExact(t *testing.T, cl *kgo.Client, bootstrap, topic string, want int64) {
 	t.Helper()
 	e2eTxnWaitStable(t, cl, topic, e2eStreamsParts, 60*time.Second)
-	seq, err := e2eStreamsCounts(cl, addr, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var seq map[string][]int64
+	e2eEventually(t, 60*time.Second, "the committed output of "+topic, func() error {
+		var err error
+		seq, err = e2eStreamsCounts(cl, bootstrap, topic)
+		return err
+	})
 	if len(seq) != e2eStreamsKeys {
 		t.Errorf("output has %d keys, want %d", len(seq), e2eStreamsKeys)
 	}
@@ -397,52 +406,11 @@ func TestStreamsEOSCountBrokerKill9(t *testing.T) {
 	app := newE2EStreamsApp(t, b.Addr(), appID, in, out, t.TempDir())
 	app.start(t)
 	for r := 0; r < rounds; r++ {
-		// Retried: a just-created topic may not be known to every part of the broker yet
-		// (UNKNOWN_TOPIC_OR_PARTITION for a moment on Apache Kafka).
-		var before map[int32]int64
-		e2eEventually(t, 30*time.Second, "output offsets before round "+strconv.Itoa(r), func() error {
-			var err error
-			before, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted)
-			return err
-		})
+		before := e2eStreamsOutputOffsets(t, cl, out)
 		e2eStreamsProduce(t, cl, in, r*per, (r+1)*per)
 		if r == 1 || r == 2 {
-			// Kill once the app has written some of this round (read_uncommitted high watermark
-			// moved), i.e. in the middle of its processing.
-			e2eEventually(t, 90*time.Second, "the app writing round "+strconv.Itoa(r), func() error {
-				if err := app.check(); err != nil {
-					return err
-				}
-				now, err := e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted)
-				if err != nil {
-					return err
-				}
-				for p := range now {
-					if now[p] > before[p] {
-						return nil
-					}
-				}
-				return fmt.Errorf("output high watermarks %v, before the round %v", now, before)
-			})
-			// Best effort, for a few seconds: catch a moment with a transaction open on the
-			// output (LSO behind the high watermark), the case exactly-once is about.
-			var lso, hwm map[int32]int64
-			open := e2ePoll(5*time.Second, 10*time.Millisecond, func() error {
-				var err error
-				if hwm, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted); err != nil {
-					return err
-				}
-				if lso, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadCommitted); err != nil {
-					return err
-				}
-				for p := range hwm {
-					if lso[p] < hwm[p] {
-						return nil
-					}
-				}
-				return fmt.Errorf("no open transaction")
-			}) == nil
-			t.Logf("round %d: kill -9 with output LSO %v, HWM %v (transaction open: %v)", r, lso, hwm, open)
+			where := e2eStreamsMidRound(t, app, cl, out, before, "round "+strconv.Itoa(r))
+			t.Logf("round %d: kill -9 with %s", r, where)
 			b.Kill(t)
 			b.Restart(t)
 			st.done(fmt.Sprintf("kill -9 #%d", r))
@@ -452,6 +420,111 @@ func TestStreamsEOSCountBrokerKill9(t *testing.T) {
 	st.done("count")
 	app.stop(t)
 	e2eStreamsCheckExact(t, cl, b.Addr(), out, rounds*per)
+}
+
+// e2eStreamsOutputOffsets lists the output's high watermarks, retried: a just-created topic may
+// not be known to every part of the broker yet (UNKNOWN_TOPIC_OR_PARTITION for a moment on
+// Apache Kafka), and a partition between owners answers NOT_LEADER for a moment in a cluster.
+func e2eStreamsOutputOffsets(t *testing.T, cl *kgo.Client, out string) map[int32]int64 {
+	t.Helper()
+	var hwm map[int32]int64
+	e2eEventually(t, 30*time.Second, "output offsets of "+out, func() error {
+		var err error
+		hwm, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted)
+		return err
+	})
+	return hwm
+}
+
+// e2eStreamsMidRound returns once the app is in the middle of processing a round: it has
+// written some of it (an output high watermark moved past before). Then, best effort for a few
+// seconds, it catches a moment with a transaction open on the output (LSO behind the high
+// watermark), the case exactly-once is about. It describes the moment for the test's log, so
+// the log says where a failure injected right after it landed.
+func e2eStreamsMidRound(t *testing.T, app *e2eStreamsApp, cl *kgo.Client, out string, before map[int32]int64, what string) string {
+	t.Helper()
+	e2eEventually(t, 90*time.Second, "the app writing "+what, func() error {
+		if err := app.check(); err != nil {
+			return err
+		}
+		now, err := e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted)
+		if err != nil {
+			return err
+		}
+		for p := range now {
+			if now[p] > before[p] {
+				return nil
+			}
+		}
+		return fmt.Errorf("output high watermarks %v, before the round %v", now, before)
+	})
+	var lso, hwm map[int32]int64
+	open := e2ePoll(5*time.Second, 10*time.Millisecond, func() error {
+		var err error
+		if hwm, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadUncommitted); err != nil {
+			return err
+		}
+		if lso, err = e2eTxnListOffsets(cl, out, e2eStreamsParts, e2eTxnReadCommitted); err != nil {
+			return err
+		}
+		for p := range hwm {
+			if lso[p] < hwm[p] {
+				return nil
+			}
+		}
+		return fmt.Errorf("no open transaction")
+	}) == nil
+	return fmt.Sprintf("output LSO %v, HWM %v before the round %v (transaction open: %v)", lso, hwm, before, open)
+}
+
+// e2eStreamsChangelog reads the whole changelog (read_uncommitted, up to the high watermarks)
+// and returns, per partition, the data records kept and the distinct keys among them. The
+// store's changelog partition is its input partition and compaction keeps every key's latest
+// value, so keys[p] × the records per key written is what partition p received.
+func e2eStreamsChangelog(cl *kgo.Client, bootstrap, changelog string) (kept, keys map[int32]int, err error) {
+	hwm, err := e2eTxnListOffsets(cl, changelog, e2eStreamsParts, e2eTxnReadUncommitted)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, err := e2eStreamsRead(bootstrap, changelog, hwm, false, 30*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	kept, keys = map[int32]int{}, map[int32]int{}
+	seen := map[string]bool{}
+	for _, r := range recs {
+		kept[r.p]++
+		if !seen[r.key] {
+			seen[r.key] = true
+			keys[r.p]++
+		}
+	}
+	return kept, keys, nil
+}
+
+// e2eStreamsCheckCompact asserts that DescribeConfigs of the changelog shows
+// cleanup.policy=compact (Streams creates it so).
+func e2eStreamsCheckCompact(t *testing.T, cl *kgo.Client, changelog string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfgs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, changelog)
+	if err != nil {
+		t.Fatalf("cannot describe %s: %v", changelog, err)
+	}
+	v, err := cfgs.On(changelog, nil)
+	if err != nil {
+		t.Fatalf("describe %s: %v", changelog, err)
+	}
+	policy := "(absent)"
+	for _, c := range v.Configs {
+		if c.Key == "cleanup.policy" && c.Value != nil {
+			policy = *c.Value
+		}
+	}
+	if policy != "compact" {
+		t.Fatalf("%s: cleanup.policy %s, want compact (created so by Streams)", changelog, policy)
+	}
 }
 
 // e2eStreamsMetric reads one counter from the broker's /metrics.
@@ -503,38 +576,19 @@ func TestStreamsChangelogCompactedRestore(t *testing.T) {
 	st.done("count first half")
 	app.stop(t)
 
-	changelog := appID + "-counts-changelog"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cfgs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, changelog)
-	if err != nil {
-		t.Fatalf("cannot describe %s: %v", changelog, err)
-	}
-	if v, err := cfgs.On(changelog, nil); err != nil {
-		t.Fatalf("describe %s: %v", changelog, err)
-	} else {
-		policy := "(absent)"
-		for _, c := range v.Configs {
-			if c.Key == "cleanup.policy" && c.Value != nil {
-				policy = *c.Value
-			}
-		}
-		if policy != "compact" {
-			t.Fatalf("%s: cleanup.policy %s, want compact (created so by Streams)", changelog, policy)
-		}
-	}
+	changelog := e2eStreamsChangelogName(appID)
+	e2eStreamsCheckCompact(t, cl, changelog)
 	written := int64(e2eStreamsKeys * half) // one changelog record per input record (no cache)
 	var kept int
 	e2eEventually(t, 60*time.Second, "changelog "+changelog+" compacted", func() error {
-		hwm, err := e2eTxnListOffsets(cl, changelog, e2eStreamsParts, e2eTxnReadUncommitted)
+		perPart, _, err := e2eStreamsChangelog(cl, b.Addr(), changelog)
 		if err != nil {
 			return err
 		}
-		recs, err := e2eStreamsRead(b.Addr(), changelog, hwm, false, 30*time.Second)
-		if err != nil {
-			return err
+		kept = 0
+		for _, n := range perPart {
+			kept += n
 		}
-		kept = len(recs)
 		// The first chunk's superseded values alone are 3/8 of what was written.
 		if int64(kept) >= written*3/4 {
 			return fmt.Errorf("%d records in the changelog, %d written", kept, written)
