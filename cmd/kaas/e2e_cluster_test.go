@@ -1093,11 +1093,15 @@ func TestClusterRollingRestartPerfTest(t *testing.T) {
 		t.Errorf("perf-test max latency %.0f ms during the roll, want < 2000 ms", maxLat)
 	}
 	// A leadership move is seen by the Java producer as a retriable NOT_LEADER_OR_FOLLOWER,
-	// logged at WARN before it refreshes metadata and resends (Apache's own rolling restarts
-	// log the same); anything else, and any ERROR, is a failure.
+	// logged at WARN before it refreshes metadata and resends, and a request in flight when the
+	// drained broker exits as a retriable NetworkException ("Disconnected from node", also at
+	// WARN; Apache's controlled shutdown closes its connections the same way, and a fresh-clone
+	// CI run saw one). Anything else, and any ERROR, is a failure; the records and latency
+	// checks above hold either way.
 	var bad []string
 	for _, l := range e2eErrorLines(r.stdout + r.stderr) {
-		if strings.Contains(l, " WARN ") && strings.Contains(l, "NotLeaderOrFollowerException") {
+		if strings.Contains(l, " WARN ") && (strings.Contains(l, "NotLeaderOrFollowerException") ||
+			strings.Contains(l, "NetworkException: Disconnected from node")) {
 			continue
 		}
 		bad = append(bad, l)
