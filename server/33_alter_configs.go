@@ -17,12 +17,11 @@ package server
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/zap"
 
 	"github.com/kaas-go/kaas/codec"
-	"github.com/kaas-go/kaas/storage"
 )
 
 func init() { register(kmsg.AlterConfigs, 0, 2, handleAlterConfigs) }
@@ -70,23 +69,9 @@ func alterConfigsOne(rc *reqCtx, validateOnly bool, rr *kmsg.AlterConfigsRequest
 			}
 			kv[c.Name] = *c.Value
 		}
-		if _, err := storage.ParseTopicConfigs(topicDefaults(rc), kv); err != nil {
-			return codec.CodeInvalidConfig, err.Error()
-		}
-		if validateOnly {
-			return codec.CodeNone, ""
-		}
-		// Set-all: storage replaces the whole override set under the topic's lock, so overrides
-		// the request does not name are removed.
-		if err := rc.s.deps.Store.ReplaceTopicConfig(t.Name, kv); err != nil {
-			code := storage.ErrorCode(err)
-			if code == codec.CodeKafkaStorageError {
-				rc.s.log.Error("cannot replace topic configs", zap.String("topic", t.Name), zap.Error(err))
-			}
-			return code, err.Error()
-		}
-		rc.s.log.Info("replaced topic configs", zap.String("topic", t.Name), zap.Any("overrides", kv))
-		return codec.CodeNone, ""
+		// Set-all: every override the request does not name is removed, in one change (the
+		// TopicAdmin's, cluster-wide in cluster mode).
+		return applyTopicConfigs(rc, t, func(map[string]string) (map[string]string, error) { return maps.Clone(kv), nil }, validateOnly)
 	case kmsg.ConfigResourceTypeBroker:
 		return alterBrokerConfigs(rc, rr.ResourceName, len(rr.Configs), func(i int) string { return rr.Configs[i].Name })
 	default:

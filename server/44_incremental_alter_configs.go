@@ -90,13 +90,16 @@ func incrementalAlterOne(rc *reqCtx, validateOnly bool, rr *kmsg.IncrementalAlte
 		if code != codec.CodeNone {
 			return code, msg
 		}
-		set := make(map[string]*string, len(rr.Configs))
-		overrides := t.Overrides()
+		// Checked here on the request alone; the values are computed and validated by edit
+		// below against the overrides as they are when applied (in cluster mode the registry's,
+		// which another broker may have changed meanwhile: APPEND then adds to that).
+		seen := make(map[string]bool, len(rr.Configs))
 		effective := entryValues(t.Config().Describe())
 		for _, c := range rr.Configs {
-			if _, dup := set[c.Name]; dup {
+			if seen[c.Name] {
 				return codec.CodeInvalidRequest, fmt.Sprintf("Config '%s' appears more than once for this resource.", c.Name)
 			}
+			seen[c.Name] = true
 			if _, known := effective[c.Name]; !known {
 				return codec.CodeInvalidConfig, fmt.Sprintf("Unknown or unsupported topic config '%s'.", c.Name)
 			}
@@ -105,9 +108,7 @@ func incrementalAlterOne(rc *reqCtx, validateOnly bool, rr *kmsg.IncrementalAlte
 				if c.Value == nil {
 					return codec.CodeInvalidRequest, fmt.Sprintf("SET of '%s' needs a value; use DELETE to remove an override.", c.Name)
 				}
-				set[c.Name] = c.Value
 			case kmsg.IncrementalAlterConfigOpDelete:
-				set[c.Name] = nil
 			case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
 				verb := "append"
 				if c.Op == kmsg.IncrementalAlterConfigOpSubtract {
@@ -120,17 +121,35 @@ func incrementalAlterOne(rc *reqCtx, validateOnly bool, rr *kmsg.IncrementalAlte
 				if c.Value == nil {
 					return codec.CodeInvalidRequest, fmt.Sprintf("%s on '%s' needs a value.", strings.ToUpper(verb), c.Name)
 				}
-				cur, ok := overrides[c.Name]
-				if !ok {
-					cur = effective[c.Name]
-				}
-				v := editList(cur, *c.Value, c.Op == kmsg.IncrementalAlterConfigOpAppend)
-				set[c.Name] = &v
 			default:
 				return codec.CodeInvalidRequest, fmt.Sprintf("Unknown config operation %d for '%s'.", c.Op, c.Name)
 			}
 		}
-		return applyTopicConfigs(rc, t, set, validateOnly)
+		if len(rr.Configs) == 0 {
+			return codec.CodeNone, ""
+		}
+		edit := func(cur map[string]string) (map[string]string, error) {
+			next := maps.Clone(cur)
+			if next == nil {
+				next = make(map[string]string, len(rr.Configs))
+			}
+			for _, c := range rr.Configs {
+				switch c.Op {
+				case kmsg.IncrementalAlterConfigOpSet:
+					next[c.Name] = *c.Value
+				case kmsg.IncrementalAlterConfigOpDelete:
+					delete(next, c.Name)
+				default: // APPEND, SUBTRACT: from the override, else the effective value
+					v, ok := cur[c.Name]
+					if !ok {
+						v = effective[c.Name]
+					}
+					next[c.Name] = editList(v, *c.Value, c.Op == kmsg.IncrementalAlterConfigOpAppend)
+				}
+			}
+			return next, nil
+		}
+		return applyTopicConfigs(rc, t, edit, validateOnly)
 	case kmsg.ConfigResourceTypeBroker:
 		return alterBrokerConfigs(rc, rr.ResourceName, len(rr.Configs), func(i int) string { return rr.Configs[i].Name })
 	default:
@@ -184,34 +203,40 @@ func alterableTopic(rc *reqCtx, name string) (*storage.Topic, int16, string) {
 	return t, codec.CodeNone, ""
 }
 
-// applyTopicConfigs validates the topic's overrides as they would be after set (nil = remove the
-// override) and, unless validateOnly, stores them.
-func applyTopicConfigs(rc *reqCtx, t *storage.Topic, set map[string]*string, validateOnly bool) (int16, string) {
-	next := maps.Clone(t.Overrides()) // never mutate storage's map
-	if next == nil {
-		next = make(map[string]string, len(set))
-	}
-	for k, v := range set {
-		if v == nil {
-			delete(next, k)
-		} else {
-			next[k] = *v
+// applyTopicConfigs validates the topic's overrides as edit makes them and, unless
+// validateOnly, stores them through the TopicAdmin (cluster-wide in cluster mode), all or
+// nothing. AlterConfigs (33) shares it with an edit that replaces every override.
+func applyTopicConfigs(rc *reqCtx, t *storage.Topic, edit func(cur map[string]string) (map[string]string, error), validateOnly bool) (int16, string) {
+	checked := func(cur map[string]string) (map[string]string, error) {
+		next, err := edit(cur)
+		if err != nil {
+			return nil, err
 		}
+		if _, err := storage.ParseTopicConfigs(topicDefaults(rc), next); err != nil {
+			return nil, err
+		}
+		return next, nil
 	}
-	if _, err := storage.ParseTopicConfigs(topicDefaults(rc), next); err != nil {
-		return codec.CodeInvalidConfig, err.Error()
-	}
-	if validateOnly || len(set) == 0 {
+	if validateOnly {
+		if _, err := checked(t.Overrides()); err != nil {
+			return codec.CodeInvalidConfig, err.Error()
+		}
 		return codec.CodeNone, ""
 	}
-	if err := rc.s.deps.Store.AlterTopicConfig(t.Name, set); err != nil {
-		code := storage.ErrorCode(err)
+	var applied map[string]string
+	err := rc.s.topics().SetTopicConfigs(t.Name, func(cur map[string]string) (map[string]string, error) {
+		next, err := checked(cur)
+		applied = next
+		return next, err
+	})
+	if err != nil {
+		code := storage.ErrorCode(err) // a *storage.ConfigError from edit is INVALID_CONFIG
 		if code == codec.CodeKafkaStorageError {
 			rc.s.log.Error("cannot alter topic configs", zap.String("topic", t.Name), zap.Error(err))
 		}
 		return code, err.Error()
 	}
-	rc.s.log.Info("altered topic configs", zap.String("topic", t.Name), zap.Any("overrides", next))
+	rc.s.log.Info("altered topic configs", zap.String("topic", t.Name), zap.Any("overrides", applied))
 	return codec.CodeNone, ""
 }
 

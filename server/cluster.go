@@ -587,6 +587,12 @@ func (r clusterResources) TopicChanged(t cluster.TopicMeta) {
 	}
 	if _, err := r.b.Store.EnsureTopic(t.Name, t.ID, t.Partitions, t.Configs); err != nil {
 		r.cn.log.Error("cannot open topic from the registry", zap.String("topic", t.Name), zap.Error(err))
+		return
+	}
+	// A config change made through any broker (SetTopicConfigs) reaches this one here; the
+	// registry's overrides also replace what the volume's topic.json said at start.
+	if err := r.b.Store.ApplyTopicConfigsAt(t.Name, t.Configs, t.Rev); err != nil {
+		r.cn.log.Error("cannot apply topic configs from the registry", zap.String("topic", t.Name), zap.Error(err))
 	}
 }
 
@@ -699,6 +705,21 @@ func (c clusterTopics) CreatePartitions(name string, total int32) error {
 	}
 	c.waitPlaced(name, total)
 	return nil
+}
+
+func (c clusterTopics) SetTopicConfigs(name string, edit func(map[string]string) (map[string]string, error)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
+	defer cancel()
+	next, rev, err := cluster.SetTopicConfigs(ctx, c.cn.be, c.cn.prefix, name, edit)
+	if err != nil {
+		if errors.Is(err, cluster.ErrUnknownTopic) {
+			return fmt.Errorf("%w: %s", storage.ErrUnknownTopic, name)
+		}
+		return err
+	}
+	// Applied here at once, so a DescribeConfigs through this broker right after the answer
+	// shows it; the other brokers apply it from their watch (TopicChanged).
+	return c.store.ApplyTopicConfigsAt(name, next, rev)
 }
 
 func (c clusterTopics) ReplicationFactor(name string) int16 {

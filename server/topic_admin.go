@@ -18,6 +18,11 @@ type TopicAdmin interface {
 	CreateTopic(name string, partitions int32, rf int16, configs map[string]string) (*storage.Topic, error)
 	DeleteTopic(name string) error
 	CreatePartitions(name string, total int32) error
+	// SetTopicConfigs replaces a topic's config overrides with what edit makes of the current
+	// ones (IncrementalAlterConfigs, AlterConfigs). edit validates; its error is returned and
+	// nothing changes. In cluster mode the current overrides are the registry's, so a change
+	// made through one broker is the one every broker applies.
+	SetTopicConfigs(name string, edit func(cur map[string]string) (map[string]string, error)) error
 	// ReplicationFactor is what Metadata and DescribeTopics report for a topic: 1 on a single
 	// broker; the factor asked for at creation in a cluster (the shared volume is the replica;
 	// the replica list is the leader and its failover candidates).
@@ -40,6 +45,9 @@ func (l localTopics) CreateTopic(name string, partitions int32, _ int16, kv map[
 func (l localTopics) DeleteTopic(name string) error { return l.store.DeleteTopic(name) }
 func (l localTopics) CreatePartitions(name string, total int32) error {
 	return l.store.CreatePartitions(name, total)
+}
+func (l localTopics) SetTopicConfigs(name string, edit func(map[string]string) (map[string]string, error)) error {
+	return l.store.EditTopicConfig(name, edit)
 }
 func (l localTopics) ReplicationFactor(string) int16 { return 1 }
 func (l localTopics) Registered() []int32            { return []int32{l.id} }

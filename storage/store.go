@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -57,6 +58,9 @@ type Topic struct {
 
 	mu        sync.Mutex // serialises metadata changes (partitions, overrides)
 	overrides map[string]string
+	// cfgRev is the cluster registry revision the overrides were last set from (guarded by mu;
+	// 0 on a single broker and before the registry was read): see ApplyTopicConfigsAt.
+	cfgRev int64
 }
 
 // topicMeta is Dir/topics/<name>/topic.json.
@@ -570,6 +574,58 @@ func (s *Store) ReplaceTopicConfig(name string, kv map[string]string) error {
 		next[k] = v
 	}
 	return t.applyOverridesLocked(next)
+}
+
+// EditTopicConfig replaces the overrides with what edit makes of the current ones, under the
+// topic's lock (a single broker's IncrementalAlterConfigs and AlterConfigs: concurrent alters
+// of one topic apply one after the other). An error from edit is returned and nothing changes.
+func (s *Store) EditTopicConfig(name string, edit func(cur map[string]string) (map[string]string, error)) error {
+	t := s.Topic(name)
+	if t == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cur := make(map[string]string, len(t.overrides))
+	for k, v := range t.overrides {
+		cur[k] = v
+	}
+	next, err := edit(cur)
+	if err != nil {
+		return err
+	}
+	return t.applyOverridesLocked(next)
+}
+
+// ApplyTopicConfigsAt sets the overrides from the cluster registry's record at revision rev
+// (etcd's topics/<name>), unless overrides of a later revision were applied already: the
+// broker that changed them applies its own write at once and the watch brings every change
+// to every broker, and the two may arrive in either order. The registry is the truth in
+// cluster mode, so this also replaces what topic.json held when the broker started (every
+// broker writes that copy; a late write there is corrected at the next load).
+func (s *Store) ApplyTopicConfigsAt(name string, overrides map[string]string, rev int64) error {
+	t := s.Topic(name)
+	if t == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rev <= t.cfgRev {
+		return nil
+	}
+	if maps.Equal(overrides, t.overrides) {
+		t.cfgRev = rev
+		return nil
+	}
+	next := make(map[string]string, len(overrides))
+	for k, v := range overrides {
+		next[k] = v
+	}
+	if err := t.applyOverridesLocked(next); err != nil {
+		return err
+	}
+	t.cfgRev = rev
+	return nil
 }
 
 func (t *Topic) applyOverridesLocked(next map[string]string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -85,7 +86,7 @@ type Handover struct {
 type Resources interface {
 	Acquire(ctx context.Context, r Resource, epoch int32, h Handover) error
 	Release(ctx context.Context, r Resource) (record []byte, err error) // record goes to release/<r>/<epoch>
-	TopicChanged(t TopicMeta)                                           // created or partitions grown (idempotent)
+	TopicChanged(t TopicMeta)                                           // created, partitions grown or configs changed (idempotent)
 	TopicDeleted(name string)
 }
 
@@ -397,7 +398,7 @@ func (a *Agent) settle() {
 		delete(a.told, t.Name)
 	}
 	for name, t := range a.topics {
-		if old, ok := a.told[name]; !ok || t.Partitions > old.Partitions {
+		if old, ok := a.told[name]; !ok || t.Partitions > old.Partitions || !maps.Equal(t.Configs, old.Configs) {
 			changed = append(changed, t)
 		}
 	}

@@ -23,6 +23,9 @@ type TopicMeta struct {
 	Partitions int32
 	RF         int16
 	Configs    map[string]string
+	// Rev is the record's etcd ModRevision (0 for a record not read from etcd): config changes
+	// are applied in revision order (SetTopicConfigs and the watch may race on one broker).
+	Rev int64
 }
 
 type topicJSON struct {
@@ -57,7 +60,7 @@ func ParseTopicKV(prefix string, kv KV) (TopicMeta, error) {
 	if err := json.Unmarshal(kv.Value, &j); err != nil {
 		return TopicMeta{}, fmt.Errorf("cannot parse topic record %q: %w", kv.Key, err)
 	}
-	t := TopicMeta{Name: name, Partitions: j.Partitions, RF: j.RF, Configs: j.Configs}
+	t := TopicMeta{Name: name, Partitions: j.Partitions, RF: j.RF, Configs: j.Configs, Rev: kv.ModRev}
 	id, err := hex.DecodeString(j.ID)
 	if err != nil || len(id) != len(t.ID) {
 		return TopicMeta{}, fmt.Errorf("cannot parse topic record %q: bad id %q", kv.Key, j.ID)
@@ -139,6 +142,39 @@ func SetPartitions(ctx context.Context, b Backend, prefix, name string, total in
 		}
 		if ok {
 			return nil
+		}
+	}
+}
+
+// SetTopicConfigs replaces the config overrides of topics/<name> with what edit makes of the
+// current ones, with a CAS on its ModRevision retried on a concurrent change (edit sees the
+// record as it is each time, so two IncrementalAlterConfigs through two brokers both land). An
+// error from edit (a config that does not validate) is returned as it is and nothing is
+// written. It returns the overrides written and the revision of the write. Every broker's agent applies them from its watch
+// (TopicChanged), so DescribeConfigs and the leaders' cleaners and flushers agree, as Apache's
+// brokers follow the controller's config records.
+func SetTopicConfigs(ctx context.Context, b Backend, prefix, name string, edit func(cur map[string]string) (map[string]string, error)) (map[string]string, int64, error) {
+	key := TopicKey(prefix, name)
+	for {
+		t, kv, err := getTopic(ctx, b, prefix, name)
+		if err != nil {
+			return nil, 0, fmt.Errorf("cannot set configs of topic %s: %w", name, err)
+		}
+		cur := make(map[string]string, len(t.Configs))
+		for k, v := range t.Configs {
+			cur[k] = v
+		}
+		next, err := edit(cur)
+		if err != nil {
+			return nil, 0, err
+		}
+		t.Configs = next
+		ok, rev, err := b.Txn(ctx, []Compare{{Key: key, Field: ModRevision, Rev: kv.ModRev}}, []Op{{Key: key, Value: encodeTopic(t)}})
+		if err != nil {
+			return nil, 0, fmt.Errorf("cannot set configs of topic %s: %w", name, err)
+		}
+		if ok {
+			return next, rev, nil
 		}
 	}
 }
