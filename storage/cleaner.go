@@ -106,6 +106,8 @@ var (
 	cleanerBytesWrittenTotal = metrics.NewCounter("kaas_cleaner_bytes_written_total")
 	cleanerCleansTotal       = metrics.NewCounter("kaas_cleaner_cleans_total")
 	cleanerErrorsTotal       = metrics.NewCounter("kaas_cleaner_errors_total")
+	// Segments a clean merged into the group before them (their files are gone).
+	cleanerSegmentsMergedTotal = metrics.NewCounter("kaas_cleaner_segments_merged_total")
 	// Limits: the I/O throttle and the dedupe buffer.
 	cleanerThrottledSeconds = metrics.NewFloatCounter("kaas_cleaner_throttled_seconds_total")
 	cleanerDedupeFullTotal  = metrics.NewCounter("kaas_cleaner_dedupe_buffer_full_total")
@@ -374,7 +376,7 @@ func (c *cleaner) cleanPartition(p *Partition, now time.Time) error {
 		d := time.Since(start)
 		cleanerLastDuration.Store(math.Float64bits(d.Seconds()))
 		cleanerCleansTotal.Inc()
-		p.log.Info("cleaned log", zap.Int("segments", st.segments), zap.Int64("bytesRead", st.read),
+		p.log.Info("cleaned log", zap.Int("segments", st.segments), zap.Int("merged", st.merged), zap.Int64("bytesRead", st.read),
 			zap.Int64("bytesWritten", st.written), zap.Duration("took", d))
 	}
 	return nil
@@ -465,8 +467,17 @@ func (p *Partition) planClean(now time.Time) cleanPlan {
 }
 
 type cleanStats struct {
-	segments      int
+	segments      int // source segments cleaned
+	merged        int // of them, merged into a group's first (no file of their own any more)
 	read, written int64
+}
+
+// done records a committed clean of segments sources into groups new segments.
+func (st *cleanStats) done(segments, groups int) {
+	st.segments, st.merged = segments, segments-groups
+	cleanerBytesReadTotal.Add(int(st.read))
+	cleanerBytesWrittenTotal.Add(int(st.written))
+	cleanerSegmentsMergedTotal.Add(st.merged)
 }
 
 // errCleanAborted: the partition changed while it was being cleaned; nothing was swapped.
@@ -495,11 +506,49 @@ func (p *Partition) producerLastOffsets() map[int64]int64 {
 // txnTrack is one transaction seen by the rewrite pass.
 type txnTrack struct{ retained bool }
 
-// cleaned is one rewritten segment, ready to swap in.
+// cleaned is one rewritten group, ready to swap in.
 type cleaned struct {
-	old     *segment
-	seg     *segment // the new one: file <name>.log.cleaned until the swap
+	olds    []*segment // the consecutive sources; seg has olds[0]'s base and olds[len-1]'s end
+	seg     *segment   // the new one: file <name>.log.cleaned until the swap
 	aborted []AbortedTxn
+}
+
+// groupFits reports whether the next source (srcSize bytes, ending at srcNext) may join the
+// group being written (base, pos bytes written so far). As Apache's groupSegmentsBySize, a
+// group stays within segment.bytes and within what the indexes can address: kaas's .index and
+// .timeindex hold 32-bit offsets relative to the base and the .index 32-bit positions
+// (segment.go), so every offset of the group minus its base must fit in an int32.
+// segment.index.bytes is not a limit here: kaas indexes have no preallocated size (the key is
+// inert, config_inert.go), and one entry per index.interval.bytes keeps them in proportion to
+// the log. Unlike Apache, which sums the sources' sizes before it cleans, the group's own
+// cleaned size so far counts (the source's size bounds what it adds): a segment the clean
+// emptied merges into its neighbour in the same clean instead of the next one.
+func groupFits(base, pos, srcSize, srcNext, segBytes int64) bool {
+	return pos+srcSize <= segBytes && srcNext-1-base <= math.MaxInt32
+}
+
+// withCleaned is cur with every group's sources replaced by its new segment (the sources are
+// consecutive in cur: segmentsPresent checked they are all there, and nothing is ever inserted
+// between two segments).
+func withCleaned(cur []*segment, out []*cleaned) []*segment {
+	first := make(map[*segment]*segment, len(out))
+	gone := make(map[*segment]bool)
+	for _, c := range out {
+		first[c.olds[0]] = c.seg
+		for _, o := range c.olds[1:] {
+			gone[o] = true
+		}
+	}
+	next := make([]*segment, 0, len(cur))
+	for _, s := range cur {
+		switch {
+		case first[s] != nil:
+			next = append(next, first[s])
+		case !gone[s]:
+			next = append(next, s)
+		}
+	}
+	return next
 }
 
 // clean runs one clean of p. budget bounds the key map (bytes).
@@ -605,7 +654,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 	}
 	tracks := make(map[int64]*txnTrack)
 	droppedAborts := make(map[int64]bool) // marker offsets of removed ABORT markers
-	var out []cleaned
+	var out []*cleaned
 	fail := func(err error) (cleanStats, error) {
 		for _, c := range out {
 			_ = c.seg.f.Close()
@@ -614,33 +663,92 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 		return st, err
 	}
 	crash := func(step string) bool { return cleanerCrashAt != nil && cleanerCrashAt(step) }
+	// Grouping (see groupFits): consecutive sources go into one new segment while they fit.
+	// ns, f and pos are the group being written.
+	var (
+		ns  *segment
+		f   File
+		pos int64
+	)
+	segBytes := min(cfg.SegmentBytes, math.MaxInt32)
+	write := func(b codec.Batch) error {
+		if pos+int64(len(b)) > math.MaxInt32 {
+			// Positions in the .index are 32-bit. groupFits keeps a group within segment.bytes
+			// of source bytes; only a recompressed batch that grew could get here.
+			return fmt.Errorf("cannot write cleaned segment %d: its size would pass 2^31-1 bytes", ns.base)
+		}
+		lim.wait(len(b), stop)
+		if _, err := f.WriteAt(b, pos); err != nil {
+			return err
+		}
+		ns.track(b, pos, p.interval, b.MaxTimestamp())
+		pos += int64(len(b))
+		st.written += int64(len(b))
+		return nil
+	}
+	// finishGroup makes the group durable: its .log (fsync) and its three index files.
+	finishGroup := func() error {
+		c := out[len(out)-1]
+		next, _, _ := ns.stats()
+		ns.size.Store(pos)
+		ns.filled.Store(pos)
+		if pos == 0 {
+			ns.mu.Lock()
+			ns.rollTs = -1
+			ns.mu.Unlock()
+		}
+		if cluster && len(out) == 1 && crash("cluster-files-written") {
+			return errCrashInjected
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("cannot fsync cleaned segment %d: %w", ns.base, err)
+		}
+		for _, a := range abortedInRange(aborted, ns.base, next) {
+			if !droppedAborts[a.LastOffset] {
+				c.aborted = append(c.aborted, a)
+			}
+		}
+		idx, tidx := ns.encodeIndexes()
+		for _, w := range []struct {
+			ext  string
+			data []byte
+		}{{".index", idx}, {".timeindex", tidx}, {".txnindex", encodeTxnIndex(c.aborted)}} {
+			if err := WriteFileSynced(cleanedPath(ns, w.ext), w.data); err != nil {
+				return fmt.Errorf("cannot write cleaned segment %d index: %w", ns.base, err)
+			}
+		}
+		return nil
+	}
 	var bb batchBuilder
 	for i := 0; i < end; i++ {
 		old := segs[i]
 		next, _, _ := old.stats()
-		ns := newSegment(p.dir, old.base, nil)
-		ns.epoch = old.epoch
-		if cluster {
-			ns.epoch, ns.stem, ns.foreign = p.nameEpoch, cleanedStem(old.base, p.nameEpoch, seq), true
-		}
-		f, err := p.fs.OpenFile(cleanedPath(ns, ".log"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
-		if err != nil {
-			return fail(fmt.Errorf("cannot create cleaned segment %d: %w", old.base, err))
-		}
-		ns.f = f
-		out = append(out, cleaned{old: old, seg: ns})
-		var pos int64
-		write := func(b codec.Batch) error {
-			lim.wait(len(b), stop)
-			if _, err := f.WriteAt(b, pos); err != nil {
-				return err
+		if ns != nil && !groupFits(ns.base, pos, old.size.Load(), next, segBytes) {
+			if err := finishGroup(); err != nil {
+				if errors.Is(err, errCrashInjected) {
+					return st, err
+				}
+				return fail(err)
 			}
-			ns.track(b, pos, p.interval, b.MaxTimestamp())
-			pos += int64(len(b))
-			st.written += int64(len(b))
-			return nil
+			ns = nil
 		}
-		err = forBatches(old, lim, stop, &st, func(b codec.Batch) error {
+		if ns == nil {
+			ns = newSegment(p.dir, old.base, nil)
+			ns.epoch = old.epoch
+			if cluster {
+				ns.epoch, ns.stem, ns.foreign = p.nameEpoch, cleanedStem(old.base, p.nameEpoch, seq), true
+			}
+			var err error
+			f, err = p.fs.OpenFile(cleanedPath(ns, ".log"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+			if err != nil {
+				return fail(fmt.Errorf("cannot create cleaned segment %d: %w", old.base, err))
+			}
+			ns.f = f
+			pos = 0
+			out = append(out, &cleaned{seg: ns})
+		}
+		out[len(out)-1].olds = append(out[len(out)-1].olds, old)
+		err := forBatches(old, lim, stop, &st, func(b codec.Batch) error {
 			pid := b.ProducerID()
 			last := pid >= 0 && lastOf[pid] == b.LastOffset() && !b.IsControl()
 			if b.IsControl() {
@@ -716,34 +824,18 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 		if err != nil {
 			return fail(p.cleanFailure(err, old, fmt.Sprintf("cannot rewrite segment %d", old.base)))
 		}
-		ns.size.Store(pos)
-		ns.filled.Store(pos)
+		// The group ends where its last source ended (the next segment's base), whatever
+		// offsets the clean removed at its end.
 		ns.mu.Lock()
 		ns.next = next
-		if pos == 0 {
-			ns.rollTs = -1
-		}
 		ns.mu.Unlock()
-		if cluster && i == 0 && crash("cluster-files-written") {
-			return st, errCrashInjected
-		}
-		if err := f.Sync(); err != nil {
-			return fail(fmt.Errorf("cannot fsync cleaned segment %d: %w", old.base, err))
-		}
-		out[len(out)-1].aborted = nil
-		for _, a := range abortedInRange(aborted, old.base, next) {
-			if !droppedAborts[a.LastOffset] {
-				out[len(out)-1].aborted = append(out[len(out)-1].aborted, a)
+	}
+	if ns != nil {
+		if err := finishGroup(); err != nil {
+			if errors.Is(err, errCrashInjected) {
+				return st, err
 			}
-		}
-		idx, tidx := ns.encodeIndexes()
-		for _, w := range []struct {
-			ext  string
-			data []byte
-		}{{".index", idx}, {".timeindex", tidx}, {".txnindex", encodeTxnIndex(out[len(out)-1].aborted)}} {
-			if err := WriteFileSynced(cleanedPath(ns, w.ext), w.data); err != nil {
-				return fail(fmt.Errorf("cannot write cleaned segment %d index: %w", old.base, err))
-			}
+			return fail(err)
 		}
 	}
 	if cluster {
@@ -757,9 +849,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			}
 			return fail(err) // no manifest: the new files are orphans, removed now
 		}
-		st.segments = end
-		cleanerBytesReadTotal.Add(int(st.read))
-		cleanerBytesWrittenTotal.Add(int(st.written))
+		st.done(end, len(out))
 		return st, nil
 	}
 	if err := p.swapCleaned(out, droppedAborts); err != nil {
@@ -782,9 +872,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			p.log.Warn("cannot write cleaner checkpoint (the next clean redoes this one)", zap.Error(err))
 		}
 	}
-	st.segments = end
-	cleanerBytesReadTotal.Add(int(st.read))
-	cleanerBytesWrittenTotal.Add(int(st.written))
+	st.done(end, len(out))
 	return st, nil
 }
 
@@ -899,9 +987,9 @@ func removeCleanedFiles(s *segment) {
 	}
 }
 
-// swapCleaned installs the rewritten segments (see the swap diagram at the top of this file).
-// Only the renames and directory fsyncs run under the append mutex.
-func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) error {
+// swapCleaned installs the rewritten groups (see the swap diagram at the top of this file).
+// Only the renames, the deletions and the directory fsyncs run under the append mutex.
+func (p *Partition) swapCleaned(out []*cleaned, droppedAborts map[int64]bool) error {
 	crash := func(step string) bool { return cleanerCrashAt != nil && cleanerCrashAt(step) }
 	if len(out) == 0 {
 		return nil
@@ -911,10 +999,6 @@ func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) err
 	}
 	if err := SyncDir(p.dir); err != nil {
 		return fmt.Errorf("cannot fsync partition dir: %w", err)
-	}
-	var names []string
-	for _, c := range out {
-		names = append(names, c.old.name(""))
 	}
 	p.mu.Lock()
 	p.waitRollLocked()
@@ -927,10 +1011,11 @@ func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) err
 		p.mu.Unlock()
 		return errCrashInjected
 	}
-	if err := WriteFileAtomic(p.dir, cleanerSwapName, []byte(strings.Join(names, "\n"))); err != nil {
+	if err := WriteFileAtomic(p.dir, cleanerSwapName, encodeSwapMarker(out)); err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("cannot write swap marker: %w", err)
 	}
+	deleted := 0
 	for i, c := range out {
 		for _, ext := range cleanedExts {
 			if i == len(out)/2 && ext == ".timeindex" && crash("mid-rename") {
@@ -943,6 +1028,17 @@ func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) err
 				return fmt.Errorf("cannot rename cleaned segment %d%s: %w", c.seg.base, ext, err)
 			}
 		}
+		// The other sources' files go; readers holding the old list keep their open handles.
+		for _, o := range c.olds[1:] {
+			if err := removeSourceFiles(o.dir, o.name("")); err != nil {
+				p.mu.Unlock()
+				return err // the marker stays: the next open finishes the deletions
+			}
+			if deleted++; deleted == 1 && crash("mid-delete") {
+				p.mu.Unlock()
+				return errCrashInjected
+			}
+		}
 	}
 	if crash("before-final-dir-sync") {
 		p.mu.Unlock()
@@ -953,63 +1049,79 @@ func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) err
 		return fmt.Errorf("cannot fsync partition dir: %w", err)
 	}
 	// Publish the new list; the old files close after mu (segMu is never taken under mu).
-	repl := make(map[*segment]*segment, len(out))
-	for _, c := range out {
-		repl[c.old] = c.seg
-	}
-	next := make([]*segment, len(cur))
-	for i, s := range cur {
-		if n, ok := repl[s]; ok {
-			next[i] = n
-		} else {
-			next[i] = s
-		}
-	}
+	next := withCleaned(cur, out)
 	p.segs.Store(&next)
-	if len(droppedAborts) > 0 {
-		p.txn.mu.Lock()
-		kept := p.txn.aborted[:0:0]
-		var span int64
-		for _, a := range p.txn.aborted {
-			if !droppedAborts[a.LastOffset] {
-				kept = append(kept, a)
-				span = max(span, a.LastOffset-a.FirstOffset)
-			}
-		}
-		p.txn.aborted, p.txn.maxSpan = kept, span
-		p.txn.mu.Unlock()
-	}
+	p.dropAbortsLocked(droppedAborts)
 	crashed := crash("before-marker-removal")
 	if !crashed {
 		_ = os.Remove(filepath.Join(p.dir, cleanerSwapName))
 		_ = SyncDir(p.dir)
 	}
 	p.mu.Unlock()
-	p.segMu.Lock()
-	for _, c := range out {
-		if !c.old.deleted {
-			c.old.deleted = true
-			_ = c.old.f.Close()
-		}
-	}
-	p.segMu.Unlock()
+	closeSources(p, out)
 	if crashed {
 		return errCrashInjected
 	}
 	return nil
 }
 
-func segmentsPresent(cur []*segment, out []cleaned) bool {
+// closeSources closes the files of every group's sources, once the new list is published.
+func closeSources(p *Partition, out []*cleaned) {
+	p.segMu.Lock()
+	for _, c := range out {
+		for _, o := range c.olds {
+			if !o.deleted {
+				o.deleted = true
+				_ = o.f.Close()
+			}
+		}
+	}
+	p.segMu.Unlock()
+}
+
+func segmentsPresent(cur []*segment, out []*cleaned) bool {
 	in := make(map[*segment]bool, len(cur))
 	for _, s := range cur {
 		in[s] = true
 	}
 	for _, c := range out {
-		if !in[c.old] {
-			return false
+		for _, o := range c.olds {
+			if !in[o] {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// The swap marker (cleaner.swap) has one line per group: the group's name (which is its first
+// source's: the cleaned file takes that base), then the names of the group's other sources,
+// separated by spaces. A marker of a clean before grouping (one name a line) reads as groups of
+// one source.
+func encodeSwapMarker(out []*cleaned) []byte {
+	var sb strings.Builder
+	for i, c := range out {
+		if i > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(c.olds[0].name(""))
+		for _, o := range c.olds[1:] {
+			sb.WriteByte(' ')
+			sb.WriteString(o.name(""))
+		}
+	}
+	return []byte(sb.String())
+}
+
+// removeSourceFiles deletes the segment files of stem (ENOENT is fine: a recovery repeating a
+// swap finds them gone).
+func removeSourceFiles(dir, stem string) error {
+	for _, ext := range cleanedExts {
+		if err := os.Remove(filepath.Join(dir, stem+ext)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("cannot delete merged segment file (%s): %w", stem+ext, err)
+		}
+	}
+	return nil
 }
 
 // recoverCleanerSwap finishes or rolls back a swap a crash interrupted (recoverLog, before the
@@ -1020,10 +1132,14 @@ func recoverCleanerSwap(dir string, log *zap.Logger) error {
 	buf, err := os.ReadFile(marker)
 	found := err == nil
 	if found {
-		for _, name := range strings.Split(string(buf), "\n") {
-			if name == "" {
+		groups := 0
+		for _, line := range strings.Split(string(buf), "\n") {
+			names := strings.Fields(line)
+			if len(names) == 0 {
 				continue
 			}
+			groups++
+			name := names[0]
 			for _, ext := range cleanedExts {
 				from := filepath.Join(dir, name+ext+cleanedSuffix)
 				if _, serr := os.Stat(from); serr == nil {
@@ -1032,11 +1148,18 @@ func recoverCleanerSwap(dir string, log *zap.Logger) error {
 					}
 				}
 			}
+			// Every .cleaned file was durable before the marker, so the group file is in
+			// place now and the sources merged into it can go.
+			for _, src := range names[1:] {
+				if err := removeSourceFiles(dir, src); err != nil {
+					return fmt.Errorf("cannot finish cleaner swap (%s): %w", name, err)
+				}
+			}
 		}
 		if err := SyncDir(dir); err != nil {
 			return err
 		}
-		log.Info("finished a cleaner swap interrupted by a crash", zap.Int("segments", strings.Count(string(buf), "\n")+1))
+		log.Info("finished a cleaner swap interrupted by a crash", zap.Int("groups", groups))
 	} else if !os.IsNotExist(err) {
 		return fmt.Errorf("cannot read cleaner swap marker: %w", err)
 	}

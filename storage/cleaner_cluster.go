@@ -263,7 +263,7 @@ func (p *Partition) openCleanedSegment(seg *segment, f *cleanFile) ([]AbortedTxn
 // cleanCommitCluster commits a cluster-mode clean (the diagram at the top of this file): out
 // are the rewritten segments, already fsync'd under their own names, cleanEnd the offset after
 // the last. Only the manifest write and the list swap run under the append mutex.
-func (p *Partition) cleanCommitCluster(out []cleaned, droppedAborts map[int64]bool, seq, cleanEnd int64) error {
+func (p *Partition) cleanCommitCluster(out []*cleaned, droppedAborts map[int64]bool, seq, cleanEnd int64) error {
 	crash := func(step string) bool { return cleanerCrashAt != nil && cleanerCrashAt(step) }
 	if len(out) == 0 {
 		return nil
@@ -316,18 +316,7 @@ func (p *Partition) cleanCommitCluster(out []cleaned, droppedAborts map[int64]bo
 	cleanerClusterCleansTotal.Inc()
 	crashed := crash("cluster-after-manifest")
 	if !crashed {
-		repl := make(map[*segment]*segment, len(out))
-		for _, c := range out {
-			repl[c.old] = c.seg
-		}
-		next := make([]*segment, len(cur))
-		for i, sg := range cur {
-			if n, ok := repl[sg]; ok {
-				next[i] = n
-			} else {
-				next[i] = sg
-			}
-		}
+		next := withCleaned(cur, out)
 		p.segs.Store(&next)
 		p.dropAbortsLocked(droppedAborts)
 		p.cleanWinner = m
@@ -337,14 +326,7 @@ func (p *Partition) cleanCommitCluster(out []cleaned, droppedAborts map[int64]bo
 	if crashed {
 		return errCrashInjected
 	}
-	p.segMu.Lock()
-	for _, c := range out {
-		if !c.old.deleted {
-			c.old.deleted = true
-			_ = c.old.f.Close()
-		}
-	}
-	p.segMu.Unlock()
+	closeSources(p, out)
 	// A zombie (lease gone) deletes nothing: its sources may be what its successor reads.
 	if !s.publishOK() {
 		return nil
@@ -353,7 +335,9 @@ func (p *Partition) cleanCommitCluster(out []cleaned, droppedAborts map[int64]bo
 		if i == len(out)/2 && crash("cluster-mid-deletes") {
 			return errCrashInjected
 		}
-		p.removeSegmentFiles(c.old)
+		for _, o := range c.olds {
+			p.removeSegmentFiles(o)
+		}
 	}
 	if prev != nil {
 		for _, f := range prev.Files {
