@@ -97,6 +97,10 @@ const (
 	DefaultCleanerBackoff          = 15 * time.Second
 )
 
+// cleanerStageBytes bounds the output of one source segment a clean holds in memory to learn
+// whether it still fits in the group being written (see groupFits).
+const cleanerStageBytes = 1 << 20
+
 // dedupeEntryOverhead is what one map entry costs besides its key bytes (Go map slot, string
 // header, offset).
 const dedupeEntryOverhead = 48
@@ -719,35 +723,80 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 		}
 		return nil
 	}
+	// startGroup opens a new group whose first source is old.
+	startGroup := func(old *segment) error {
+		ns = newSegment(p.dir, old.base, nil)
+		ns.epoch = old.epoch
+		if cluster {
+			ns.epoch, ns.stem, ns.foreign = p.nameEpoch, cleanedStem(old.base, p.nameEpoch, seq), true
+		}
+		var err error
+		f, err = p.fs.OpenFile(cleanedPath(ns, ".log"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("cannot create cleaned segment %d: %w", old.base, err)
+		}
+		ns.f = f
+		pos = 0
+		out = append(out, &cleaned{seg: ns, olds: []*segment{old}})
+		return nil
+	}
+	// A source that may not fit in the group (see groupFits) is staged: its output is held in
+	// memory up to stageCap bytes. If it ends within that, it joins the group; if not, the
+	// group is finished and the source starts the next one with what was staged.
+	var (
+		staging  bool
+		staged   []codec.Batch
+		stageLen int64
+		stageCap int64
+	)
+	var old *segment
+	emit := func(b codec.Batch) error {
+		if !staging {
+			return write(b)
+		}
+		if stageLen+int64(len(b)) <= stageCap {
+			staged = append(staged, slices.Clone(b))
+			stageLen += int64(len(b))
+			return nil
+		}
+		staging = false
+		if err := finishGroup(); err != nil {
+			return err
+		}
+		if err := startGroup(old); err != nil {
+			return err
+		}
+		for _, sb := range staged {
+			if err := write(sb); err != nil {
+				return err
+			}
+		}
+		staged, stageLen = nil, 0
+		return write(b)
+	}
 	var bb batchBuilder
 	for i := 0; i < end; i++ {
-		old := segs[i]
+		old = segs[i]
 		next, _, _ := old.stats()
-		if ns != nil && !groupFits(ns.base, pos, old.size.Load(), next, segBytes) {
-			if err := finishGroup(); err != nil {
-				if errors.Is(err, errCrashInjected) {
-					return st, err
+		switch {
+		case ns != nil && groupFits(ns.base, pos, old.size.Load(), next, segBytes):
+			out[len(out)-1].olds = append(out[len(out)-1].olds, old)
+		case ns != nil && next-1-ns.base <= math.MaxInt32:
+			staging, staged, stageLen = true, nil, 0
+			stageCap = min(segBytes-pos, cleanerStageBytes)
+		default:
+			if ns != nil {
+				if err := finishGroup(); err != nil {
+					if errors.Is(err, errCrashInjected) {
+						return st, err
+					}
+					return fail(err)
 				}
+			}
+			if err := startGroup(old); err != nil {
 				return fail(err)
 			}
-			ns = nil
 		}
-		if ns == nil {
-			ns = newSegment(p.dir, old.base, nil)
-			ns.epoch = old.epoch
-			if cluster {
-				ns.epoch, ns.stem, ns.foreign = p.nameEpoch, cleanedStem(old.base, p.nameEpoch, seq), true
-			}
-			var err error
-			f, err = p.fs.OpenFile(cleanedPath(ns, ".log"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
-			if err != nil {
-				return fail(fmt.Errorf("cannot create cleaned segment %d: %w", old.base, err))
-			}
-			ns.f = f
-			pos = 0
-			out = append(out, &cleaned{seg: ns})
-		}
-		out[len(out)-1].olds = append(out[len(out)-1].olds, old)
 		err := forBatches(old, lim, stop, &st, func(b codec.Batch) error {
 			pid := b.ProducerID()
 			last := pid >= 0 && lastOf[pid] == b.LastOffset() && !b.IsControl()
@@ -764,10 +813,10 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 						return nil
 					}
 					if _, ok := deleteHorizon(b); !ok {
-						return rebuild(&bb, b, horizon, func(*rawRecord) bool { return true }, write)
+						return rebuild(&bb, b, horizon, func(*rawRecord) bool { return true }, emit)
 					}
 				}
-				return write(b)
+				return emit(b)
 			}
 			if b.IsTransactional() {
 				if tracks[pid] == nil {
@@ -776,7 +825,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			}
 			if isAborted(b) {
 				if last {
-					return rebuild(&bb, b, -1, func(*rawRecord) bool { return false }, write)
+					return rebuild(&bb, b, -1, func(*rawRecord) bool { return false }, emit)
 				}
 				return nil
 			}
@@ -805,7 +854,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 				stamp = horizon
 			}
 			if !changed && stamp < 0 {
-				return write(b)
+				return emit(b)
 			}
 			if kept == 0 && !last {
 				return nil
@@ -813,14 +862,28 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			if stamp >= 0 {
 				return rebuild(&bb, b, stamp, func(r *rawRecord) bool {
 					return keepRecord(r, b.BaseOffset(), keys, removeTombstones)
-				}, write)
+				}, emit)
 			}
 			nb, err := bb.finish()
 			if err != nil {
 				return err
 			}
-			return write(nb)
+			return emit(nb)
 		})
+		if err == nil && staging {
+			// The source's whole output fits: it joins the group.
+			staging = false
+			out[len(out)-1].olds = append(out[len(out)-1].olds, old)
+			for _, sb := range staged {
+				if err = write(sb); err != nil {
+					break
+				}
+			}
+			staged, stageLen = nil, 0
+		}
+		if errors.Is(err, errCrashInjected) {
+			return st, err
+		}
 		if err != nil {
 			return fail(p.cleanFailure(err, old, fmt.Sprintf("cannot rewrite segment %d", old.base)))
 		}

@@ -299,10 +299,19 @@ func TestCleanerModel(t *testing.T) {
 					aborts++
 				}
 			}
+			sources, mergedBefore := p.planClean(cleanerT0).cleanable, cleanerSegmentsMergedTotal.Get()
 			if err := s.RunCleaner(cleanerT0); err != nil {
 				t.Fatal(err)
 			}
 			to := p.cleanedTo.Load()
+			// Grouping: the clean emptied or shrank most segments (a few keys, overwritten
+			// often), so the cleaned range is fewer segments than it was, each within
+			// segment.bytes and contiguous, and the counter says how many went.
+			groups := segmentsBelow(p, to)
+			if merged := cleanerSegmentsMergedTotal.Get() - mergedBefore; groups >= sources || merged != uint64(sources-groups) {
+				t.Fatalf("clean of %d segments left %d (merged counter +%d)", sources, groups, merged)
+			}
+			checkGroupedSegments(t, "after clean", p, 2048)
 			if aborts == 0 || len(p.AbortedTransactions(0, to)) == 0 {
 				t.Fatalf("workload has %d ABORT markers, %d in the cleaned range after the first clean", aborts, len(p.AbortedTransactions(0, to)))
 			}
@@ -353,6 +362,11 @@ func TestCleanerModel(t *testing.T) {
 			if n := tombs(); n != hadTombs {
 				t.Fatalf("%d tombstones before delete.retention.ms, want %d", n, hadTombs)
 			}
+			// A clean of an already grouped range never splits it.
+			if n := segmentsBelow(p, to); n > groups {
+				t.Fatalf("a second clean turned %d segments into %d", groups, n)
+			}
+			checkGroupedSegments(t, "after the second clean", p, 2048)
 			for i := 1; i <= 3; i++ {
 				if err := s.RunCleaner(cleanerT0.Add(time.Duration(i) * (cleanerTestTopicDeleteRetention + 1) * time.Millisecond)); err != nil {
 					t.Fatal(err)
@@ -388,10 +402,15 @@ func TestCleanerModel(t *testing.T) {
 			}
 
 			// Restart (kill -9): the same committed content, producer state and LSO.
+			nsegs := len(*p.segs.Load())
 			crash(s)
 			s = openStore(t, dir)
 			defer s.Close()
 			p = s.Topic("t").Partition(0)
+			if got := len(*p.segs.Load()); got != nsegs || len(filesWith(t, p.dir, ".log")) != nsegs {
+				t.Fatalf("after restart %d segments, %d .log files, want %d", got, len(filesWith(t, p.dir, ".log")), nsegs)
+			}
+			checkGroupedSegments(t, "after restart", p, 2048)
 			view, _, _ = committedView(t, p, 0)
 			sameLive(t, "after restart", view, m.latest)
 			for pid, seq := range states {
@@ -413,6 +432,34 @@ func TestCleanerModel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// segmentsBelow counts p's segments that end at or below off.
+func segmentsBelow(p *Partition, off int64) int {
+	n := 0
+	for _, sg := range *p.segs.Load() {
+		if next, _, _ := sg.stats(); next <= off {
+			n++
+		}
+	}
+	return n
+}
+
+// checkGroupedSegments: p's segments are contiguous (each ends where the next begins, whatever
+// the clean removed), and every closed one is within segBytes and addressable by the 32-bit
+// relative offsets of its indexes.
+func checkGroupedSegments(t *testing.T, what string, p *Partition, segBytes int64) {
+	t.Helper()
+	segs := *p.segs.Load()
+	for i, sg := range segs[:len(segs)-1] {
+		next, _, _ := sg.stats()
+		if next != segs[i+1].base {
+			t.Fatalf("%s: segment %d ends at %d, the next begins at %d", what, sg.base, next, segs[i+1].base)
+		}
+		if sg.size.Load() > segBytes || next-1-sg.base > math.MaxInt32 {
+			t.Fatalf("%s: segment %d holds %d bytes, offsets to %d", what, sg.base, sg.size.Load(), next)
+		}
 	}
 }
 
