@@ -33,30 +33,44 @@ import (
 //   - Map: the latest offset of every key in the dirty part (bounded by
 //     log.cleaner.dedupe.buffer.size; a map that fills stops at a segment boundary, and the rest
 //     stays dirty for the next clean).
-//   - Rewrite: every segment of [log start, cleanEnd) is rewritten, one new file per old one
-//     with the same base offset (offsets are kept: the new files have gaps). A record survives
-//     if no later offset of its key is in the map. Records of aborted transactions go. A
-//     tombstone, or a COMMIT/ABORT marker whose transaction has no record left, stays until
+//   - Rewrite: every segment of [log start, cleanEnd) is rewritten, and consecutive segments go
+//     into one new segment (a group) while they fit, as Apache's groupSegmentsBySize: the
+//     group's cleaned bytes stay within segment.bytes and every offset in it within 2^31-1 of
+//     its base (the 32-bit relative offsets of the .index and .timeindex, segment.go). The group
+//     takes its first segment's base offset and ends where its last one ended; offsets are
+//     kept, so the new files have gaps. A segment that may not fit is staged in memory (up to
+//     cleanerStageBytes) until its cleaned size is known, so segments a clean empties merge
+//     into their neighbour in that same clean (see groupFits).
+//     A record survives if no later offset of its key is in the map. Records of aborted
+//     transactions go. A tombstone, or a COMMIT/ABORT marker whose transaction has no record left, stays until
 //     delete.retention.ms after the clean that first saw it (KIP-534: that clean stamps a
 //     delete horizon into the batch, so the rule survives restarts); a later clean removes it.
 //     An ABORT marker whose records this clean removed is kept (and its aborted-index entry
 //     with it), as Apache does, so its removal waits for the next clean. The last data batch
 //     of every producer known to the producer state stays, with no records if need be, so
 //     idempotent sequence checks after a restart see the same last sequence.
-//   - Swap (cleanerSwap): new files are written as <name>.cleaned and fsync'd, then a swap
-//     marker (cleaner.swap, atomic) names the bases; each .cleaned file is renamed over its
-//     old name, the directory fsync'd, the marker removed. Recovery (recoverCleanerSwap) rolls
-//     forward when the marker exists (every .cleaned file it needs was durable before it was
-//     written) and otherwise deletes stray .cleaned files: the old set or the new set, never a
-//     mix.
+//   - Swap (swapCleaned): each group is written as <first source's name>.cleaned and fsync'd,
+//     then a swap marker (cleaner.swap, atomic) names the groups, one line each: the group's
+//     name, then the names of its other sources. Group by group, each .cleaned file is renamed
+//     over its first source's name and the other sources' files are deleted; then the
+//     directory is fsync'd and the marker removed. Recovery (recoverCleanerSwap) rolls forward
+//     when the marker exists (every .cleaned file it needs was durable before it was written:
+//     it renames what is left and deletes the sources still there) and otherwise deletes stray
+//     .cleaned files: the old set or the new set, never a mix.
 //
-//	  write *.cleaned + fsync ─► dir fsync ─► marker (atomic) ─► rename each ─► dir fsync ─► rm marker
-//	  crash before the marker: old set        crash after it: recovery finishes the renames
+//	  write *.cleaned + fsync ─► dir fsync ─► marker (atomic) ─► per group: rename its files,
+//	  delete its other sources ─► dir fsync ─► publish the list ─► rm marker
 //
-// Produce and fetch run during the whole clean; only the swap (the renames and two directory
-// fsyncs) holds the append mutex. Locks: the swap takes Partition.mu, then txnIndex.mu (the
-// order partition.go documents); segMu only after mu is released, to close the old files. Readers that loaded the old segment list keep reading the old
-// files, which stay open until the swap has published the new list.
+//	  crash before the marker: old set (recovery deletes the .cleaned files)
+//	  crash after it:          new set (recovery finishes the renames and the deletions)
+//
+// Produce and fetch run during the whole clean; only the swap (the renames, the deletions of
+// merged sources and two directory fsyncs) holds the append mutex. Locks: the swap takes
+// Partition.mu, then txnIndex.mu (the order partition.go documents); segMu only after mu is
+// released, to close the old files. Readers that loaded the old segment list keep reading the
+// old files through their open handles (a renamed-over or deleted file stays readable while
+// open), which are closed only once the swap has published the new list and no reader holds
+// segMu.
 //
 // Transactions: aborted transactions come from the partition's aborted index (which covers the
 // whole retained log). The aborted index, the producer state and the LSO after a clean: the
@@ -68,9 +82,9 @@ import (
 // loses records is written back in its own codec (Apache does the same); one that keeps all of
 // them is copied as it is. Aborted batches go whole without being decompressed.
 //
-// Cluster mode: the cleaner runs on the partition leader (the partitions loaded here). It writes
-// files named with the leader's epoch and commits them with a manifest instead of the swap;
-// see cleaner_cluster.go.
+// Cluster mode: the cleaner runs on the partition leader (the partitions loaded here). It groups
+// the same way, writes files named with the leader's epoch and commits them with a manifest
+// (one entry per group) instead of the swap; see cleaner_cluster.go.
 
 // CleanerConfig configures the background cleaner (Apache's log.cleaner.* broker configs).
 type CleanerConfig struct {
@@ -517,16 +531,20 @@ type cleaned struct {
 	aborted []AbortedTxn
 }
 
-// groupFits reports whether the next source (srcSize bytes, ending at srcNext) may join the
-// group being written (base, pos bytes written so far). As Apache's groupSegmentsBySize, a
+// groupFits reports whether the next source (srcSize bytes, ending at srcNext) certainly fits in
+// the group being written (base, pos cleaned bytes so far). As Apache's groupSegmentsBySize, a
 // group stays within segment.bytes and within what the indexes can address: kaas's .index and
-// .timeindex hold 32-bit offsets relative to the base and the .index 32-bit positions
-// (segment.go), so every offset of the group minus its base must fit in an int32.
-// segment.index.bytes is not a limit here: kaas indexes have no preallocated size (the key is
+// .timeindex hold 32-bit offsets relative to the base, and the .index 32-bit positions
+// (segment.go), so every offset of the group minus its base must fit in an int32. Apache sums
+// the sources' sizes before it cleans; here the group's cleaned bytes count, and a source's
+// size bounds what it adds. When that bound does not fit but the offsets do, the clean stages
+// the source's output (cleanerStageBytes at most) and lets it join only if its cleaned size
+// fits: a source the clean emptied or shrank merges now, not one clean later. Neither reads
+// or writes anything twice.
+//
+// segment.index.bytes is no limit here: kaas indexes have no preallocated size (the key is
 // inert, config_inert.go), and one entry per index.interval.bytes keeps them in proportion to
-// the log. Unlike Apache, which sums the sources' sizes before it cleans, the group's own
-// cleaned size so far counts (the source's size bounds what it adds): a segment the clean
-// emptied merges into its neighbour in the same clean instead of the next one.
+// the log, as on a roll.
 func groupFits(base, pos, srcSize, srcNext, segBytes int64) bool {
 	return pos+srcSize <= segBytes && srcNext-1-base <= math.MaxInt32
 }
