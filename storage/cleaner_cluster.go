@@ -96,8 +96,9 @@ type cleanManifest struct {
 	Files    []cleanFile `json:"files"`
 }
 
-// cleanFile is one cleaned segment of a manifest: its base offset, .log file name, the offset
-// after it (the next segment's base) and its size in bytes.
+// cleanFile is one cleaned segment (a group) of a manifest: its base offset (its first source's),
+// .log file name, the offset after it (its last source's end, the next segment's base) and its
+// size in bytes.
 type cleanFile struct {
 	Base int64  `json:"base"`
 	Name string `json:"name"`
