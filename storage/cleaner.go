@@ -42,9 +42,10 @@ import (
 //     cleanerStageBytes) until its cleaned size is known, so segments a clean empties merge
 //     into their neighbour in that same clean (see groupFits).
 //     A record survives if no later offset of its key is in the map. Records of aborted
-//     transactions go. A tombstone, or a COMMIT/ABORT marker whose transaction has no record left, stays until
-//     delete.retention.ms after the clean that first saw it (KIP-534: that clean stamps a
-//     delete horizon into the batch, so the rule survives restarts); a later clean removes it.
+//     transactions go. A tombstone, or a COMMIT/ABORT marker whose transaction has no record
+//     left, stays until delete.retention.ms after the clean that first saw it (KIP-534: that
+//     clean stamps a delete horizon into the batch, so the rule survives restarts); a later
+//     clean removes it.
 //     An ABORT marker whose records this clean removed is kept (and its aborted-index entry
 //     with it), as Apache does, so its removal waits for the next clean. The last data batch
 //     of every producer known to the producer state stays, with no records if need be, so
@@ -126,6 +127,9 @@ var (
 	cleanerErrorsTotal       = metrics.NewCounter("kaas_cleaner_errors_total")
 	// Segments a clean merged into the group before them (their files are gone).
 	cleanerSegmentsMergedTotal = metrics.NewCounter("kaas_cleaner_segments_merged_total")
+	// Limit: a staged source whose output passed cleanerStageBytes before its end, while the
+	// group still had more room than that: it starts a group of its own.
+	cleanerStageFullTotal = metrics.NewCounter("kaas_cleaner_stage_full_total")
 	// Limits: the I/O throttle and the dedupe buffer.
 	cleanerThrottledSeconds = metrics.NewFloatCounter("kaas_cleaner_throttled_seconds_total")
 	cleanerDedupeFullTotal  = metrics.NewCounter("kaas_cleaner_dedupe_buffer_full_total")
@@ -695,8 +699,9 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 	segBytes := min(cfg.SegmentBytes, math.MaxInt32)
 	write := func(b codec.Batch) error {
 		if pos+int64(len(b)) > math.MaxInt32 {
-			// Positions in the .index are 32-bit. groupFits keeps a group within segment.bytes
-			// of source bytes; only a recompressed batch that grew could get here.
+			// Positions in the .index are 32-bit. A group is kept within segment.bytes (at most
+			// 2^31-1) by its sources' sizes or its staged output; only a recompressed batch
+			// that came out larger than it went in could get here.
 			return fmt.Errorf("cannot write cleaned segment %d: its size would pass 2^31-1 bytes", ns.base)
 		}
 		lim.wait(len(b), stop)
@@ -778,6 +783,9 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			return nil
 		}
 		staging = false
+		if stageCap < segBytes-pos {
+			cleanerStageFullTotal.Inc()
+		}
 		if err := finishGroup(); err != nil {
 			return err
 		}
