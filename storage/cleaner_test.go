@@ -1020,6 +1020,58 @@ func runSmallSegmentRounds(t *testing.T, s *Store, p *Partition, rounds, cleanEv
 	return latest
 }
 
+// TestCleanerStagedSourcePastStageStartsItsGroup: a source that may not fit in the group is held
+// in memory up to cleanerStageBytes; one whose cleaned output passes that (here 4 MiB of keys
+// that all survive, behind a group the clean shrank to about 1 MiB) starts a group of its own
+// at its base, counted, with every record kept.
+func TestCleanerStagedSourcePastStageStartsItsGroup(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	const segBytes = 4 << 20
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact", "segment.bytes": fmt.Sprint(segBytes),
+		"min.cleanable.dirty.ratio": "0.01"})
+	value := bytes.Repeat([]byte("v"), 1000)
+	appendKeys := func(name func(i int) string, n int) {
+		for i := 0; i < n; i += 32 {
+			var recs []kv
+			for j := i; j < i+32 && j < n; j++ {
+				recs = append(recs, kv{name(j), value})
+			}
+			mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 1, recs), 1)
+		}
+	}
+	// Segment 1: 3 MiB of 10 keys overwritten, then keys that survive (320 KiB, then unique
+	// keys up to the roll); segment 2: unique keys until it rolls.
+	appendKeys(func(i int) string { return fmt.Sprintf("k%d", i%10) }, 3<<20/1100)
+	appendKeys(func(i int) string { return fmt.Sprintf("b%d", i) }, 320)
+	if len(*p.segs.Load()) != 1 {
+		t.Fatal("the first segment rolled early")
+	}
+	var second int64 = -1
+	for n := 0; len(*p.segs.Load()) < 3; n++ {
+		appendKeys(func(i int) string { return fmt.Sprintf("u%d-%d", n, i) }, 32)
+		if second < 0 && len(*p.segs.Load()) == 2 {
+			second = p.active.base
+		}
+	}
+	want, _, _ := committedView(t, p, 0)
+	full := cleanerStageFullTotal.Get()
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	segs := *p.segs.Load()
+	if len(segs) != 3 || segs[1].base != second || cleanerStageFullTotal.Get() != full+1 {
+		t.Fatalf("after the clean %d segments, the second at %d (want %d), stage-full counter +%d",
+			len(segs), segs[1].base, second, cleanerStageFullTotal.Get()-full)
+	}
+	if segs[0].size.Load() > 2<<20 || segs[1].size.Load() < segBytes-(64<<10) {
+		t.Fatalf("segment sizes %d and %d: want the first shrunk, the second whole", segs[0].size.Load(), segs[1].size.Load())
+	}
+	checkGroupedSegments(t, "after the clean", p, segBytes)
+	got, _, _ := committedView(t, p, 0)
+	sameLive(t, "after the clean", got, want)
+}
+
 // TestGroupFitsIn32BitRelativeOffsets: a group never spans more offsets than the 32-bit relative
 // offsets of kaas's .index and .timeindex address, nor more bytes than segment.bytes.
 func TestGroupFitsIn32BitRelativeOffsets(t *testing.T) {
