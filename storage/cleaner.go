@@ -33,30 +33,45 @@ import (
 //   - Map: the latest offset of every key in the dirty part (bounded by
 //     log.cleaner.dedupe.buffer.size; a map that fills stops at a segment boundary, and the rest
 //     stays dirty for the next clean).
-//   - Rewrite: every segment of [log start, cleanEnd) is rewritten, one new file per old one
-//     with the same base offset (offsets are kept: the new files have gaps). A record survives
-//     if no later offset of its key is in the map. Records of aborted transactions go. A
-//     tombstone, or a COMMIT/ABORT marker whose transaction has no record left, stays until
-//     delete.retention.ms after the clean that first saw it (KIP-534: that clean stamps a
-//     delete horizon into the batch, so the rule survives restarts); a later clean removes it.
+//   - Rewrite: every segment of [log start, cleanEnd) is rewritten, and consecutive segments go
+//     into one new segment (a group) while they fit, as Apache's groupSegmentsBySize: the
+//     group's cleaned bytes stay within segment.bytes and every offset in it within 2^31-1 of
+//     its base (the 32-bit relative offsets of the .index and .timeindex, segment.go). The group
+//     takes its first segment's base offset and ends where its last one ended; offsets are
+//     kept, so the new files have gaps. A segment that may not fit is staged in memory (up to
+//     cleanerStageBytes) until its cleaned size is known, so segments a clean empties merge
+//     into their neighbour in that same clean (see groupFits).
+//     A record survives if no later offset of its key is in the map. Records of aborted
+//     transactions go. A tombstone, or a COMMIT/ABORT marker whose transaction has no record
+//     left, stays until delete.retention.ms after the clean that first saw it (KIP-534: that
+//     clean stamps a delete horizon into the batch, so the rule survives restarts); a later
+//     clean removes it.
 //     An ABORT marker whose records this clean removed is kept (and its aborted-index entry
 //     with it), as Apache does, so its removal waits for the next clean. The last data batch
 //     of every producer known to the producer state stays, with no records if need be, so
 //     idempotent sequence checks after a restart see the same last sequence.
-//   - Swap (cleanerSwap): new files are written as <name>.cleaned and fsync'd, then a swap
-//     marker (cleaner.swap, atomic) names the bases; each .cleaned file is renamed over its
-//     old name, the directory fsync'd, the marker removed. Recovery (recoverCleanerSwap) rolls
-//     forward when the marker exists (every .cleaned file it needs was durable before it was
-//     written) and otherwise deletes stray .cleaned files: the old set or the new set, never a
-//     mix.
+//   - Swap (swapCleaned): each group is written as <first source's name>.cleaned and fsync'd,
+//     then a swap marker (cleaner.swap, atomic) names the groups, one line each: the group's
+//     name, then the names of its other sources. Group by group, each .cleaned file is renamed
+//     over its first source's name and the other sources' files are deleted; then the
+//     directory is fsync'd and the marker removed. Recovery (recoverCleanerSwap) rolls forward
+//     when the marker exists (every .cleaned file it needs was durable before it was written:
+//     it renames what is left and deletes the sources still there) and otherwise deletes stray
+//     .cleaned files: the old set or the new set, never a mix.
 //
-//	  write *.cleaned + fsync ─► dir fsync ─► marker (atomic) ─► rename each ─► dir fsync ─► rm marker
-//	  crash before the marker: old set        crash after it: recovery finishes the renames
+//	  write *.cleaned + fsync ─► dir fsync ─► marker (atomic) ─► per group: rename its files,
+//	  delete its other sources ─► dir fsync ─► publish the list ─► rm marker
 //
-// Produce and fetch run during the whole clean; only the swap (the renames and two directory
-// fsyncs) holds the append mutex. Locks: the swap takes Partition.mu, then txnIndex.mu (the
-// order partition.go documents); segMu only after mu is released, to close the old files. Readers that loaded the old segment list keep reading the old
-// files, which stay open until the swap has published the new list.
+//	  crash before the marker: old set (recovery deletes the .cleaned files)
+//	  crash after it:          new set (recovery finishes the renames and the deletions)
+//
+// Produce and fetch run during the whole clean; only the swap (the renames, the deletions of
+// merged sources and two directory fsyncs) holds the append mutex. Locks: the swap takes
+// Partition.mu, then txnIndex.mu (the order partition.go documents); segMu only after mu is
+// released, to close the old files. Readers that loaded the old segment list keep reading the
+// old files through their open handles (a renamed-over or deleted file stays readable while
+// open), which are closed only once the swap has published the new list and no reader holds
+// segMu.
 //
 // Transactions: aborted transactions come from the partition's aborted index (which covers the
 // whole retained log). The aborted index, the producer state and the LSO after a clean: the
@@ -68,9 +83,9 @@ import (
 // loses records is written back in its own codec (Apache does the same); one that keeps all of
 // them is copied as it is. Aborted batches go whole without being decompressed.
 //
-// Cluster mode: the cleaner runs on the partition leader (the partitions loaded here). It writes
-// files named with the leader's epoch and commits them with a manifest instead of the swap;
-// see cleaner_cluster.go.
+// Cluster mode: the cleaner runs on the partition leader (the partitions loaded here). It groups
+// the same way, writes files named with the leader's epoch and commits them with a manifest
+// (one entry per group) instead of the swap; see cleaner_cluster.go.
 
 // CleanerConfig configures the background cleaner (Apache's log.cleaner.* broker configs).
 type CleanerConfig struct {
@@ -97,6 +112,10 @@ const (
 	DefaultCleanerBackoff          = 15 * time.Second
 )
 
+// cleanerStageBytes bounds the output of one source segment a clean holds in memory to learn
+// whether it still fits in the group being written (see groupFits).
+const cleanerStageBytes = 1 << 20
+
 // dedupeEntryOverhead is what one map entry costs besides its key bytes (Go map slot, string
 // header, offset).
 const dedupeEntryOverhead = 48
@@ -106,6 +125,11 @@ var (
 	cleanerBytesWrittenTotal = metrics.NewCounter("kaas_cleaner_bytes_written_total")
 	cleanerCleansTotal       = metrics.NewCounter("kaas_cleaner_cleans_total")
 	cleanerErrorsTotal       = metrics.NewCounter("kaas_cleaner_errors_total")
+	// Segments a clean merged into the group before them (their files are gone).
+	cleanerSegmentsMergedTotal = metrics.NewCounter("kaas_cleaner_segments_merged_total")
+	// Limit: a staged source whose output passed cleanerStageBytes before its end, while the
+	// group still had more room than that: it starts a group of its own.
+	cleanerStageFullTotal = metrics.NewCounter("kaas_cleaner_stage_full_total")
 	// Limits: the I/O throttle and the dedupe buffer.
 	cleanerThrottledSeconds = metrics.NewFloatCounter("kaas_cleaner_throttled_seconds_total")
 	cleanerDedupeFullTotal  = metrics.NewCounter("kaas_cleaner_dedupe_buffer_full_total")
@@ -374,7 +398,7 @@ func (c *cleaner) cleanPartition(p *Partition, now time.Time) error {
 		d := time.Since(start)
 		cleanerLastDuration.Store(math.Float64bits(d.Seconds()))
 		cleanerCleansTotal.Inc()
-		p.log.Info("cleaned log", zap.Int("segments", st.segments), zap.Int64("bytesRead", st.read),
+		p.log.Info("cleaned log", zap.Int("segments", st.segments), zap.Int("merged", st.merged), zap.Int64("bytesRead", st.read),
 			zap.Int64("bytesWritten", st.written), zap.Duration("took", d))
 	}
 	return nil
@@ -465,8 +489,17 @@ func (p *Partition) planClean(now time.Time) cleanPlan {
 }
 
 type cleanStats struct {
-	segments      int
+	segments      int // source segments cleaned
+	merged        int // of them, merged into a group's first (no file of their own any more)
 	read, written int64
+}
+
+// done records a committed clean of segments sources into groups new segments.
+func (st *cleanStats) done(segments, groups int) {
+	st.segments, st.merged = segments, segments-groups
+	cleanerBytesReadTotal.Add(int(st.read))
+	cleanerBytesWrittenTotal.Add(int(st.written))
+	cleanerSegmentsMergedTotal.Add(st.merged)
 }
 
 // errCleanAborted: the partition changed while it was being cleaned; nothing was swapped.
@@ -495,11 +528,53 @@ func (p *Partition) producerLastOffsets() map[int64]int64 {
 // txnTrack is one transaction seen by the rewrite pass.
 type txnTrack struct{ retained bool }
 
-// cleaned is one rewritten segment, ready to swap in.
+// cleaned is one rewritten group, ready to swap in.
 type cleaned struct {
-	old     *segment
-	seg     *segment // the new one: file <name>.log.cleaned until the swap
+	olds    []*segment // the consecutive sources; seg has olds[0]'s base and olds[len-1]'s end
+	seg     *segment   // the new one: file <name>.log.cleaned until the swap
 	aborted []AbortedTxn
+}
+
+// groupFits reports whether the next source (srcSize bytes, ending at srcNext) certainly fits in
+// the group being written (base, pos cleaned bytes so far). As Apache's groupSegmentsBySize, a
+// group stays within segment.bytes and within what the indexes can address: kaas's .index and
+// .timeindex hold 32-bit offsets relative to the base, and the .index 32-bit positions
+// (segment.go), so every offset of the group minus its base must fit in an int32. Apache sums
+// the sources' sizes before it cleans; here the group's cleaned bytes count, and a source's
+// size bounds what it adds. When that bound does not fit but the offsets do, the clean stages
+// the source's output (cleanerStageBytes at most) and lets it join only if its cleaned size
+// fits: a source the clean emptied or shrank merges now, not one clean later. Neither reads
+// or writes anything twice.
+//
+// segment.index.bytes is no limit here: kaas indexes have no preallocated size (the key is
+// inert, config_inert.go), and one entry per index.interval.bytes keeps them in proportion to
+// the log, as on a roll.
+func groupFits(base, pos, srcSize, srcNext, segBytes int64) bool {
+	return pos+srcSize <= segBytes && srcNext-1-base <= math.MaxInt32
+}
+
+// withCleaned is cur with every group's sources replaced by its new segment (the sources are
+// consecutive in cur: segmentsPresent checked they are all there, and nothing is ever inserted
+// between two segments).
+func withCleaned(cur []*segment, out []*cleaned) []*segment {
+	first := make(map[*segment]*segment, len(out))
+	gone := make(map[*segment]bool)
+	for _, c := range out {
+		first[c.olds[0]] = c.seg
+		for _, o := range c.olds[1:] {
+			gone[o] = true
+		}
+	}
+	next := make([]*segment, 0, len(cur))
+	for _, s := range cur {
+		switch {
+		case first[s] != nil:
+			next = append(next, first[s])
+		case !gone[s]:
+			next = append(next, s)
+		}
+	}
+	return next
 }
 
 // clean runs one clean of p. budget bounds the key map (bytes).
@@ -605,7 +680,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 	}
 	tracks := make(map[int64]*txnTrack)
 	droppedAborts := make(map[int64]bool) // marker offsets of removed ABORT markers
-	var out []cleaned
+	var out []*cleaned
 	fail := func(err error) (cleanStats, error) {
 		for _, c := range out {
 			_ = c.seg.f.Close()
@@ -614,33 +689,141 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 		return st, err
 	}
 	crash := func(step string) bool { return cleanerCrashAt != nil && cleanerCrashAt(step) }
-	var bb batchBuilder
-	for i := 0; i < end; i++ {
-		old := segs[i]
-		next, _, _ := old.stats()
-		ns := newSegment(p.dir, old.base, nil)
+	// Grouping (see groupFits): consecutive sources go into one new segment while they fit.
+	// ns, f and pos are the group being written.
+	var (
+		ns  *segment
+		f   File
+		pos int64
+	)
+	segBytes := min(cfg.SegmentBytes, math.MaxInt32)
+	write := func(b codec.Batch) error {
+		if pos+int64(len(b)) > math.MaxInt32 {
+			// Positions in the .index are 32-bit. A group is kept within segment.bytes (at most
+			// 2^31-1) by its sources' sizes or its staged output; only a recompressed batch
+			// that came out larger than it went in could get here.
+			return fmt.Errorf("cannot write cleaned segment %d: its size would pass 2^31-1 bytes", ns.base)
+		}
+		lim.wait(len(b), stop)
+		if _, err := f.WriteAt(b, pos); err != nil {
+			return err
+		}
+		ns.track(b, pos, p.interval, b.MaxTimestamp())
+		pos += int64(len(b))
+		st.written += int64(len(b))
+		return nil
+	}
+	// finishGroup makes the group durable: its .log (fsync) and its three index files.
+	finishGroup := func() error {
+		c := out[len(out)-1]
+		next, _, _ := ns.stats()
+		ns.size.Store(pos)
+		ns.filled.Store(pos)
+		if pos == 0 {
+			ns.mu.Lock()
+			ns.rollTs = -1
+			ns.mu.Unlock()
+		}
+		if cluster && len(out) == 1 && crash("cluster-files-written") {
+			return errCrashInjected
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("cannot fsync cleaned segment %d: %w", ns.base, err)
+		}
+		for _, a := range abortedInRange(aborted, ns.base, next) {
+			if !droppedAborts[a.LastOffset] {
+				c.aborted = append(c.aborted, a)
+			}
+		}
+		idx, tidx := ns.encodeIndexes()
+		for _, w := range []struct {
+			ext  string
+			data []byte
+		}{{".index", idx}, {".timeindex", tidx}, {".txnindex", encodeTxnIndex(c.aborted)}} {
+			if err := WriteFileSynced(cleanedPath(ns, w.ext), w.data); err != nil {
+				return fmt.Errorf("cannot write cleaned segment %d index: %w", ns.base, err)
+			}
+		}
+		return nil
+	}
+	// startGroup opens a new group whose first source is old.
+	startGroup := func(old *segment) error {
+		ns = newSegment(p.dir, old.base, nil)
 		ns.epoch = old.epoch
 		if cluster {
 			ns.epoch, ns.stem, ns.foreign = p.nameEpoch, cleanedStem(old.base, p.nameEpoch, seq), true
 		}
-		f, err := p.fs.OpenFile(cleanedPath(ns, ".log"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+		var err error
+		f, err = p.fs.OpenFile(cleanedPath(ns, ".log"), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
 		if err != nil {
-			return fail(fmt.Errorf("cannot create cleaned segment %d: %w", old.base, err))
+			return fmt.Errorf("cannot create cleaned segment %d: %w", old.base, err)
 		}
 		ns.f = f
-		out = append(out, cleaned{old: old, seg: ns})
-		var pos int64
-		write := func(b codec.Batch) error {
-			lim.wait(len(b), stop)
-			if _, err := f.WriteAt(b, pos); err != nil {
-				return err
-			}
-			ns.track(b, pos, p.interval, b.MaxTimestamp())
-			pos += int64(len(b))
-			st.written += int64(len(b))
+		pos = 0
+		out = append(out, &cleaned{seg: ns, olds: []*segment{old}})
+		return nil
+	}
+	// A source that may not fit in the group (see groupFits) is staged: its output is held in
+	// memory up to stageCap bytes. If it ends within that, it joins the group; if not, the
+	// group is finished and the source starts the next one with what was staged.
+	var (
+		staging  bool
+		staged   []codec.Batch
+		stageLen int64
+		stageCap int64
+	)
+	var old *segment
+	emit := func(b codec.Batch) error {
+		if !staging {
+			return write(b)
+		}
+		if stageLen+int64(len(b)) <= stageCap {
+			staged = append(staged, slices.Clone(b))
+			stageLen += int64(len(b))
 			return nil
 		}
-		err = forBatches(old, lim, stop, &st, func(b codec.Batch) error {
+		staging = false
+		if stageCap < segBytes-pos {
+			cleanerStageFullTotal.Inc()
+		}
+		if err := finishGroup(); err != nil {
+			return err
+		}
+		if err := startGroup(old); err != nil {
+			return err
+		}
+		for _, sb := range staged {
+			if err := write(sb); err != nil {
+				return err
+			}
+		}
+		staged, stageLen = nil, 0
+		return write(b)
+	}
+	var bb batchBuilder
+	for i := 0; i < end; i++ {
+		old = segs[i]
+		next, _, _ := old.stats()
+		switch {
+		case ns != nil && groupFits(ns.base, pos, old.size.Load(), next, segBytes):
+			out[len(out)-1].olds = append(out[len(out)-1].olds, old)
+		case ns != nil && next-1-ns.base <= math.MaxInt32:
+			staging, staged, stageLen = true, nil, 0
+			stageCap = min(segBytes-pos, cleanerStageBytes)
+		default:
+			if ns != nil {
+				if err := finishGroup(); err != nil {
+					if errors.Is(err, errCrashInjected) {
+						return st, err
+					}
+					return fail(err)
+				}
+			}
+			if err := startGroup(old); err != nil {
+				return fail(err)
+			}
+		}
+		err := forBatches(old, lim, stop, &st, func(b codec.Batch) error {
 			pid := b.ProducerID()
 			last := pid >= 0 && lastOf[pid] == b.LastOffset() && !b.IsControl()
 			if b.IsControl() {
@@ -656,10 +839,10 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 						return nil
 					}
 					if _, ok := deleteHorizon(b); !ok {
-						return rebuild(&bb, b, horizon, func(*rawRecord) bool { return true }, write)
+						return rebuild(&bb, b, horizon, func(*rawRecord) bool { return true }, emit)
 					}
 				}
-				return write(b)
+				return emit(b)
 			}
 			if b.IsTransactional() {
 				if tracks[pid] == nil {
@@ -668,7 +851,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			}
 			if isAborted(b) {
 				if last {
-					return rebuild(&bb, b, -1, func(*rawRecord) bool { return false }, write)
+					return rebuild(&bb, b, -1, func(*rawRecord) bool { return false }, emit)
 				}
 				return nil
 			}
@@ -697,7 +880,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 				stamp = horizon
 			}
 			if !changed && stamp < 0 {
-				return write(b)
+				return emit(b)
 			}
 			if kept == 0 && !last {
 				return nil
@@ -705,45 +888,43 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			if stamp >= 0 {
 				return rebuild(&bb, b, stamp, func(r *rawRecord) bool {
 					return keepRecord(r, b.BaseOffset(), keys, removeTombstones)
-				}, write)
+				}, emit)
 			}
 			nb, err := bb.finish()
 			if err != nil {
 				return err
 			}
-			return write(nb)
+			return emit(nb)
 		})
+		if err == nil && staging {
+			// The source's whole output fits: it joins the group.
+			staging = false
+			out[len(out)-1].olds = append(out[len(out)-1].olds, old)
+			for _, sb := range staged {
+				if err = write(sb); err != nil {
+					break
+				}
+			}
+			staged, stageLen = nil, 0
+		}
+		if errors.Is(err, errCrashInjected) {
+			return st, err
+		}
 		if err != nil {
 			return fail(p.cleanFailure(err, old, fmt.Sprintf("cannot rewrite segment %d", old.base)))
 		}
-		ns.size.Store(pos)
-		ns.filled.Store(pos)
+		// The group ends where its last source ended (the next segment's base), whatever
+		// offsets the clean removed at its end.
 		ns.mu.Lock()
 		ns.next = next
-		if pos == 0 {
-			ns.rollTs = -1
-		}
 		ns.mu.Unlock()
-		if cluster && i == 0 && crash("cluster-files-written") {
-			return st, errCrashInjected
-		}
-		if err := f.Sync(); err != nil {
-			return fail(fmt.Errorf("cannot fsync cleaned segment %d: %w", old.base, err))
-		}
-		out[len(out)-1].aborted = nil
-		for _, a := range abortedInRange(aborted, old.base, next) {
-			if !droppedAborts[a.LastOffset] {
-				out[len(out)-1].aborted = append(out[len(out)-1].aborted, a)
+	}
+	if ns != nil {
+		if err := finishGroup(); err != nil {
+			if errors.Is(err, errCrashInjected) {
+				return st, err
 			}
-		}
-		idx, tidx := ns.encodeIndexes()
-		for _, w := range []struct {
-			ext  string
-			data []byte
-		}{{".index", idx}, {".timeindex", tidx}, {".txnindex", encodeTxnIndex(out[len(out)-1].aborted)}} {
-			if err := WriteFileSynced(cleanedPath(ns, w.ext), w.data); err != nil {
-				return fail(fmt.Errorf("cannot write cleaned segment %d index: %w", old.base, err))
-			}
+			return fail(err)
 		}
 	}
 	if cluster {
@@ -757,9 +938,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			}
 			return fail(err) // no manifest: the new files are orphans, removed now
 		}
-		st.segments = end
-		cleanerBytesReadTotal.Add(int(st.read))
-		cleanerBytesWrittenTotal.Add(int(st.written))
+		st.done(end, len(out))
 		return st, nil
 	}
 	if err := p.swapCleaned(out, droppedAborts); err != nil {
@@ -782,9 +961,7 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			p.log.Warn("cannot write cleaner checkpoint (the next clean redoes this one)", zap.Error(err))
 		}
 	}
-	st.segments = end
-	cleanerBytesReadTotal.Add(int(st.read))
-	cleanerBytesWrittenTotal.Add(int(st.written))
+	st.done(end, len(out))
 	return st, nil
 }
 
@@ -899,9 +1076,9 @@ func removeCleanedFiles(s *segment) {
 	}
 }
 
-// swapCleaned installs the rewritten segments (see the swap diagram at the top of this file).
-// Only the renames and directory fsyncs run under the append mutex.
-func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) error {
+// swapCleaned installs the rewritten groups (see the swap diagram at the top of this file).
+// Only the renames, the deletions and the directory fsyncs run under the append mutex.
+func (p *Partition) swapCleaned(out []*cleaned, droppedAborts map[int64]bool) error {
 	crash := func(step string) bool { return cleanerCrashAt != nil && cleanerCrashAt(step) }
 	if len(out) == 0 {
 		return nil
@@ -911,10 +1088,6 @@ func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) err
 	}
 	if err := SyncDir(p.dir); err != nil {
 		return fmt.Errorf("cannot fsync partition dir: %w", err)
-	}
-	var names []string
-	for _, c := range out {
-		names = append(names, c.old.name(""))
 	}
 	p.mu.Lock()
 	p.waitRollLocked()
@@ -927,10 +1100,11 @@ func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) err
 		p.mu.Unlock()
 		return errCrashInjected
 	}
-	if err := WriteFileAtomic(p.dir, cleanerSwapName, []byte(strings.Join(names, "\n"))); err != nil {
+	if err := WriteFileAtomic(p.dir, cleanerSwapName, encodeSwapMarker(out)); err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("cannot write swap marker: %w", err)
 	}
+	deleted := 0
 	for i, c := range out {
 		for _, ext := range cleanedExts {
 			if i == len(out)/2 && ext == ".timeindex" && crash("mid-rename") {
@@ -943,6 +1117,17 @@ func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) err
 				return fmt.Errorf("cannot rename cleaned segment %d%s: %w", c.seg.base, ext, err)
 			}
 		}
+		// The other sources' files go; readers holding the old list keep their open handles.
+		for _, o := range c.olds[1:] {
+			if err := removeSourceFiles(o.dir, o.name("")); err != nil {
+				p.mu.Unlock()
+				return err // the marker stays: the next open finishes the deletions
+			}
+			if deleted++; deleted == 1 && crash("mid-delete") {
+				p.mu.Unlock()
+				return errCrashInjected
+			}
+		}
 	}
 	if crash("before-final-dir-sync") {
 		p.mu.Unlock()
@@ -953,63 +1138,79 @@ func (p *Partition) swapCleaned(out []cleaned, droppedAborts map[int64]bool) err
 		return fmt.Errorf("cannot fsync partition dir: %w", err)
 	}
 	// Publish the new list; the old files close after mu (segMu is never taken under mu).
-	repl := make(map[*segment]*segment, len(out))
-	for _, c := range out {
-		repl[c.old] = c.seg
-	}
-	next := make([]*segment, len(cur))
-	for i, s := range cur {
-		if n, ok := repl[s]; ok {
-			next[i] = n
-		} else {
-			next[i] = s
-		}
-	}
+	next := withCleaned(cur, out)
 	p.segs.Store(&next)
-	if len(droppedAborts) > 0 {
-		p.txn.mu.Lock()
-		kept := p.txn.aborted[:0:0]
-		var span int64
-		for _, a := range p.txn.aborted {
-			if !droppedAborts[a.LastOffset] {
-				kept = append(kept, a)
-				span = max(span, a.LastOffset-a.FirstOffset)
-			}
-		}
-		p.txn.aborted, p.txn.maxSpan = kept, span
-		p.txn.mu.Unlock()
-	}
+	p.dropAbortsLocked(droppedAborts)
 	crashed := crash("before-marker-removal")
 	if !crashed {
 		_ = os.Remove(filepath.Join(p.dir, cleanerSwapName))
 		_ = SyncDir(p.dir)
 	}
 	p.mu.Unlock()
-	p.segMu.Lock()
-	for _, c := range out {
-		if !c.old.deleted {
-			c.old.deleted = true
-			_ = c.old.f.Close()
-		}
-	}
-	p.segMu.Unlock()
+	closeSources(p, out)
 	if crashed {
 		return errCrashInjected
 	}
 	return nil
 }
 
-func segmentsPresent(cur []*segment, out []cleaned) bool {
+// closeSources closes the files of every group's sources, once the new list is published.
+func closeSources(p *Partition, out []*cleaned) {
+	p.segMu.Lock()
+	for _, c := range out {
+		for _, o := range c.olds {
+			if !o.deleted {
+				o.deleted = true
+				_ = o.f.Close()
+			}
+		}
+	}
+	p.segMu.Unlock()
+}
+
+func segmentsPresent(cur []*segment, out []*cleaned) bool {
 	in := make(map[*segment]bool, len(cur))
 	for _, s := range cur {
 		in[s] = true
 	}
 	for _, c := range out {
-		if !in[c.old] {
-			return false
+		for _, o := range c.olds {
+			if !in[o] {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// The swap marker (cleaner.swap) has one line per group: the group's name (which is its first
+// source's: the cleaned file takes that base), then the names of the group's other sources,
+// separated by spaces. A marker of a clean before grouping (one name a line) reads as groups of
+// one source.
+func encodeSwapMarker(out []*cleaned) []byte {
+	var sb strings.Builder
+	for i, c := range out {
+		if i > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(c.olds[0].name(""))
+		for _, o := range c.olds[1:] {
+			sb.WriteByte(' ')
+			sb.WriteString(o.name(""))
+		}
+	}
+	return []byte(sb.String())
+}
+
+// removeSourceFiles deletes the segment files of stem (ENOENT is fine: a recovery repeating a
+// swap finds them gone).
+func removeSourceFiles(dir, stem string) error {
+	for _, ext := range cleanedExts {
+		if err := os.Remove(filepath.Join(dir, stem+ext)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("cannot delete merged segment file (%s): %w", stem+ext, err)
+		}
+	}
+	return nil
 }
 
 // recoverCleanerSwap finishes or rolls back a swap a crash interrupted (recoverLog, before the
@@ -1020,10 +1221,14 @@ func recoverCleanerSwap(dir string, log *zap.Logger) error {
 	buf, err := os.ReadFile(marker)
 	found := err == nil
 	if found {
-		for _, name := range strings.Split(string(buf), "\n") {
-			if name == "" {
+		groups := 0
+		for _, line := range strings.Split(string(buf), "\n") {
+			names := strings.Fields(line)
+			if len(names) == 0 {
 				continue
 			}
+			groups++
+			name := names[0]
 			for _, ext := range cleanedExts {
 				from := filepath.Join(dir, name+ext+cleanedSuffix)
 				if _, serr := os.Stat(from); serr == nil {
@@ -1032,11 +1237,18 @@ func recoverCleanerSwap(dir string, log *zap.Logger) error {
 					}
 				}
 			}
+			// Every .cleaned file was durable before the marker, so the group file is in
+			// place now and the sources merged into it can go.
+			for _, src := range names[1:] {
+				if err := removeSourceFiles(dir, src); err != nil {
+					return fmt.Errorf("cannot finish cleaner swap (%s): %w", name, err)
+				}
+			}
 		}
 		if err := SyncDir(dir); err != nil {
 			return err
 		}
-		log.Info("finished a cleaner swap interrupted by a crash", zap.Int("segments", strings.Count(string(buf), "\n")+1))
+		log.Info("finished a cleaner swap interrupted by a crash", zap.Int("groups", groups))
 	} else if !os.IsNotExist(err) {
 		return fmt.Errorf("cannot read cleaner swap marker: %w", err)
 	}

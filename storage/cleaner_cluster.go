@@ -22,8 +22,16 @@ import (
 // rename another epoch's files. So a clean by the leader at epoch E writes new names of its
 // own and commits them with one manifest:
 //
-//	<base %020d>-<E %010d>.c<seq %010d>.{log,index,timeindex,txnindex}   one per cleaned base
+//	<base %020d>-<E %010d>.c<seq %010d>.{log,index,timeindex,txnindex}   one per group
 //	clean-<E>-<seq>.json = {epoch, seq, cleanEnd, files: [{base, name, next, size}]}
+//
+// A group (cleaner.go) is consecutive segments cleaned into one file: its base is the first's,
+// its next the last's, so a file covers several old bases and the files of a manifest are
+// contiguous from the first to cleanEnd. Nothing reads a manifest per old base: the loader
+// (applyCleanWinner) takes the files as the segments below cleanEnd and ignores every original
+// there, whatever its base; cleanWinner, retention's log-start checkpoint and the GC reason per
+// file with its [base, next); FirstDirtyOffset is cleanEnd. The deletions below delete every
+// source of every group.
 //
 // parseEpochName does not take the cleaned names for original segments (their epoch part is
 // not a number), so recoverLog, readPartitionView and the snapshot listing skip them;
@@ -39,7 +47,7 @@ import (
 // a mix can resurrect a key whose tombstone was dropped, or strand the records of a transaction
 // whose marker was dropped) and the deletions. Hence:
 //
-//   - Every clean rewrites the whole prefix [log start, cleanEnd), one file per base, and the
+//   - Every clean rewrites the whole prefix [log start, cleanEnd), one file per group, and the
 //     manifest is the commit point: a set is used whole or not at all.
 //   - A clean whose cleanEnd is below the current winner's is skipped.
 //   - The loader (readPartitionView) takes as winner the highest (epoch, seq) manifest of a
@@ -59,10 +67,11 @@ import (
 //
 // One clean at epoch E (cleanCommitCluster):
 //
-//	rewrite into <base>-<E>.c<seq>.* ─► fsync each ─► dir fsync ─► mu: still leader at E, not
-//	released, sources still listed, Rule P ─► manifest clean-E-seq.json (atomic) ─► publish the
-//	new list, drop removed aborts ─► unlock ─► Rule P ─► delete the sources (previous winner's
-//	files, originals below cleanEnd; ENOENT is fine) ─► delete the previous manifest
+//	rewrite each group into <first base>-<E>.c<seq>.* ─► fsync each ─► dir fsync ─► mu: still
+//	leader at E, not released, sources still listed, Rule P ─► manifest clean-E-seq.json
+//	(atomic) ─► publish the new list, drop removed aborts ─► unlock ─► Rule P ─► delete every
+//	group's sources (previous winner's files, originals below cleanEnd; ENOENT is fine) ─►
+//	delete the previous manifest
 //
 //	crash before the manifest: old set (the new files are orphans; the next loader deletes them)
 //	crash after it:            new set (the sources left are ignored below cleanEnd and deleted)
@@ -87,8 +96,9 @@ type cleanManifest struct {
 	Files    []cleanFile `json:"files"`
 }
 
-// cleanFile is one cleaned segment of a manifest: its base offset, .log file name, the offset
-// after it (the next segment's base) and its size in bytes.
+// cleanFile is one cleaned segment (a group) of a manifest: its base offset (its first source's),
+// .log file name, the offset after it (its last source's end, the next segment's base) and its
+// size in bytes.
 type cleanFile struct {
 	Base int64  `json:"base"`
 	Name string `json:"name"`
@@ -263,7 +273,7 @@ func (p *Partition) openCleanedSegment(seg *segment, f *cleanFile) ([]AbortedTxn
 // cleanCommitCluster commits a cluster-mode clean (the diagram at the top of this file): out
 // are the rewritten segments, already fsync'd under their own names, cleanEnd the offset after
 // the last. Only the manifest write and the list swap run under the append mutex.
-func (p *Partition) cleanCommitCluster(out []cleaned, droppedAborts map[int64]bool, seq, cleanEnd int64) error {
+func (p *Partition) cleanCommitCluster(out []*cleaned, droppedAborts map[int64]bool, seq, cleanEnd int64) error {
 	crash := func(step string) bool { return cleanerCrashAt != nil && cleanerCrashAt(step) }
 	if len(out) == 0 {
 		return nil
@@ -316,18 +326,7 @@ func (p *Partition) cleanCommitCluster(out []cleaned, droppedAborts map[int64]bo
 	cleanerClusterCleansTotal.Inc()
 	crashed := crash("cluster-after-manifest")
 	if !crashed {
-		repl := make(map[*segment]*segment, len(out))
-		for _, c := range out {
-			repl[c.old] = c.seg
-		}
-		next := make([]*segment, len(cur))
-		for i, sg := range cur {
-			if n, ok := repl[sg]; ok {
-				next[i] = n
-			} else {
-				next[i] = sg
-			}
-		}
+		next := withCleaned(cur, out)
 		p.segs.Store(&next)
 		p.dropAbortsLocked(droppedAborts)
 		p.cleanWinner = m
@@ -337,14 +336,7 @@ func (p *Partition) cleanCommitCluster(out []cleaned, droppedAborts map[int64]bo
 	if crashed {
 		return errCrashInjected
 	}
-	p.segMu.Lock()
-	for _, c := range out {
-		if !c.old.deleted {
-			c.old.deleted = true
-			_ = c.old.f.Close()
-		}
-	}
-	p.segMu.Unlock()
+	closeSources(p, out)
 	// A zombie (lease gone) deletes nothing: its sources may be what its successor reads.
 	if !s.publishOK() {
 		return nil
@@ -353,7 +345,9 @@ func (p *Partition) cleanCommitCluster(out []cleaned, droppedAborts map[int64]bo
 		if i == len(out)/2 && crash("cluster-mid-deletes") {
 			return errCrashInjected
 		}
-		p.removeSegmentFiles(c.old)
+		for _, o := range c.olds {
+			p.removeSegmentFiles(o)
+		}
 	}
 	if prev != nil {
 		for _, f := range prev.Files {

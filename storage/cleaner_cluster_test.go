@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -214,6 +215,46 @@ func checkFilesMatchList(t *testing.T, what, dir string, p *Partition) {
 	}
 }
 
+// segBases are the base offsets of p's segments.
+func segBases(p *Partition) []int64 {
+	var out []int64
+	for _, sg := range *p.segs.Load() {
+		out = append(out, sg.base)
+	}
+	return out
+}
+
+// checkGroupedManifest: m's files are groups of the sources (whose bases were sources before the
+// clean): each file starts at a source's base, they are contiguous up to the clean end, each is
+// within segment.bytes (2048 here), and there are fewer of them than sources below the clean
+// end, so at least one file covers several old bases.
+func checkGroupedManifest(t *testing.T, what string, m *cleanManifest, sources []int64) {
+	t.Helper()
+	if m == nil || len(m.Files) == 0 {
+		t.Fatalf("%s: no clean manifest", what)
+	}
+	n := 0
+	for _, b := range sources {
+		if b >= m.Files[0].Base && b < m.CleanEnd {
+			n++
+		}
+	}
+	for i, f := range m.Files {
+		if !slices.Contains(sources, f.Base) || f.Size > 2048 || f.Next <= f.Base && f.Size > 0 {
+			t.Fatalf("%s: manifest file %+v (sources %v)", what, f, sources)
+		}
+		if i+1 < len(m.Files) && f.Next != m.Files[i+1].Base {
+			t.Fatalf("%s: manifest file %s ends at %d, the next begins at %d", what, f.Name, f.Next, m.Files[i+1].Base)
+		}
+	}
+	if last := m.Files[len(m.Files)-1]; last.Next != m.CleanEnd {
+		t.Fatalf("%s: the last manifest file ends at %d, the clean at %d", what, last.Next, m.CleanEnd)
+	}
+	if len(m.Files) >= n {
+		t.Fatalf("%s: %d manifest files for %d sources: nothing grouped", what, len(m.Files), n)
+	}
+}
+
 func manifestsIn(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -253,6 +294,7 @@ func tombstonesBelow(t *testing.T, p *Partition, to int64) int {
 func TestClusterCleanerLeaderCleansEpochChain(t *testing.T) {
 	ch := buildCleanChain(t, 150)
 	pc := ch.p
+	sources := segBases(pc)
 	before := recordsByOffset(t, pc)
 	abortedBefore := pc.AbortedTransactions(0, pc.LogEndOffset())
 	lso := pc.LastStableOffset()
@@ -269,6 +311,9 @@ func TestClusterCleanerLeaderCleansEpochChain(t *testing.T) {
 	if got := manifestsIn(t, ch.partDir()); len(got) != 1 || got[0] != cleanManifestName(3, 1) {
 		t.Fatalf("manifests %v, want clean-3-1.json", got)
 	}
+	// Grouped across the epochs' segments: a file covers several old bases, and every consumer
+	// of the manifest below (the takers' loader, their GC, FirstDirtyOffset) handles that.
+	checkGroupedManifest(t, "epoch 3's clean", pc.cleanWinner, sources)
 	// The leader deleted its sources: every .log file on the volume is in its list, except the
 	// earlier epochs' segments at or above clean end (the chain above it).
 	checkFilesMatchList(t, "files", ch.partDir(), pc)
@@ -293,6 +338,9 @@ func TestClusterCleanerLeaderCleansEpochChain(t *testing.T) {
 		t.Fatalf("epoch 4: first dirty offset %d, want the manifest's clean end %d", pd.FirstDirtyOffset(), end)
 	}
 	sameLive(t, "epoch 4", mustView(t, pd), ch.model.latest)
+	if got, want := segmentsBelow(pd, end), len(pc.cleanWinner.Files); got != want {
+		t.Fatalf("epoch 4 holds %d segments below clean end, the manifest %d files", got, want)
+	}
 	checkOffsetsKept(t, "epoch 4", pd, before)
 	checkAbortedIndex(t, "epoch 4", pd, abortedBefore)
 	if pd.LastStableOffset() != lso || pd.LogEndOffset() != lso {
@@ -311,6 +359,7 @@ func TestClusterCleanerLeaderCleansEpochChain(t *testing.T) {
 	}
 	m4 := runCompactWorkloadPIDs(t, pd, 15, 60, 40)
 	model := mergeModel(ch.model, m4)
+	sources4 := segBases(pd)
 	before4 := recordsByOffset(t, pd)
 	for o, r := range before {
 		if _, ok := before4[o]; !ok {
@@ -330,6 +379,8 @@ func TestClusterCleanerLeaderCleansEpochChain(t *testing.T) {
 	if got := manifestsIn(t, ch.partDir()); len(got) != 1 || got[0] != cleanManifestName(4, 4) {
 		t.Fatalf("manifests %v, want only clean-4-4.json", got)
 	}
+	checkGroupedManifest(t, "epoch 4's cleans", pd.cleanWinner, sources4)
+	checkFilesMatchList(t, "epoch 4's files", ch.partDir(), pd)
 	aborted4 := pd.AbortedTransactions(0, pd.LogEndOffset())
 	checkAbortedIndex(t, "epoch 4", pd, append(abortedBefore, aborted4...))
 	lso4 := pd.LastStableOffset()
@@ -379,6 +430,7 @@ func TestClusterCleanerCrashAtEachStep(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			ch := buildCleanChain(t, 80)
 			before := recordsByOffset(t, ch.p)
+			sources := segBases(ch.p)
 			cleanerCrashAt = func(at string) bool { return at == step }
 			err := ch.s.RunCleaner(cleanerT0)
 			cleanerCrashAt = nil
@@ -399,6 +451,13 @@ func TestClusterCleanerCrashAtEachStep(t *testing.T) {
 				t.Fatalf("after a crash at %s: clean end %d, cleaned sets %v, originals below %v: want the new set", step, end, sets, orig)
 			case !committed && (end != 0 || len(sets) != 0):
 				t.Fatalf("after a crash at %s: clean end %d, cleaned sets %v: want the old set", step, end, sets)
+			}
+			if committed {
+				// The new set is grouped; a crash amid the deletions left some merged sources,
+				// which the taker ignores below clean end and deletes (checkFilesMatchList).
+				checkGroupedManifest(t, "the crashed clean", pd.cleanWinner, sources)
+			} else if got := segBases(pd); len(got) < len(sources) || !slices.Equal(got[:len(sources)-1], sources[:len(sources)-1]) {
+				t.Fatalf("old set: segments %v, before the clean %v", got, sources)
 			}
 			sameLive(t, "after the crash", mustView(t, pd), ch.model.latest)
 			checkOffsetsKept(t, "after the crash", pd, before)
@@ -426,6 +485,7 @@ func TestClusterCleanerZombieCommitsAfterSuccessor(t *testing.T) {
 		t.Run(fmt.Sprintf("successorCleans=%v,leaseGone=%v", successorCleans, tc.leaseGone), func(t *testing.T) {
 			ch := buildCleanChain(t, 100)
 			pc := ch.p
+			sources := segBases(pc)
 			paused, resume := make(chan struct{}), make(chan struct{})
 			cleanerStepHook = func(p *Partition) {
 				if p == pc {
@@ -444,6 +504,7 @@ func TestClusterCleanerZombieCommitsAfterSuccessor(t *testing.T) {
 			pd, _ := takeOver(t, d, 4, Handover{PrevWALDir: clusterWALDir(ch.dir, 3, "c1"), PrevInc: "c1", PrevEpoch: 3})
 			model := mergeModel(ch.model, runCompactWorkloadPIDs(t, pd, 21, 60, 40))
 			if successorCleans {
+				sources = segBases(pd)
 				if err := d.RunCleaner(cleanerT0); err != nil {
 					t.Fatal(err)
 				}
@@ -489,10 +550,23 @@ func TestClusterCleanerZombieCommitsAfterSuccessor(t *testing.T) {
 				t.Fatalf("manifests after epoch 5's takeover %v, want %v", got, wantWinner)
 			}
 			checkFilesMatchList(t, "files", ch.partDir(), pe)
+			if wantWinner != nil {
+				// The winner's grouped files, whoever wrote them, are what epoch 5 reads below
+				// its clean end.
+				checkGroupedManifest(t, "the winner", pe.cleanWinner, sources)
+				if got := segmentsBelow(pe, pe.FirstDirtyOffset()); got != len(pe.cleanWinner.Files) {
+					t.Fatalf("epoch 5 holds %d segments below clean end, the winner %d files", got, len(pe.cleanWinner.Files))
+				}
+			}
+			sources5 := segBases(pe)
 			if err := e.RunCleaner(cleanerT0); err != nil {
 				t.Fatal(err)
 			}
 			sameLive(t, "epoch 5 after its clean", mustView(t, pe), model.latest)
+			if tc.leaseGone {
+				checkGroupedManifest(t, "epoch 5's clean (the first committed)", pe.cleanWinner, sources5)
+			}
+			checkGroupedSegments(t, "epoch 5 after its clean", pe, 2048)
 		})
 	}
 }
@@ -790,11 +864,13 @@ func TestClusterCleanerRetentionRemovesCleanedPrefix(t *testing.T) {
 	}
 	pa, _ := takeOver(t, a, 1, Handover{})
 	runCompactWorkloadPIDs(t, pa, 51, 300, 0)
+	sourcesA := segBases(pa)
 	if err := a.RunCleaner(cleanerT0); err != nil {
 		t.Fatal(err)
 	}
 	end := pa.FirstDirtyOffset()
 	cleanedBefore, _ := cleanedSegs(pa, end)
+	checkGroupedManifest(t, "the clean", pa.cleanWinner, sourcesA)
 	// Segments whose records are older than 1000+150 ms (workload time) expire.
 	pa.retain(time.UnixMilli(1000 + 150 + 1000))
 	ls := pa.LogStartOffset()
@@ -858,5 +934,69 @@ func TestCleanedNamesAreNotOriginalSegments(t *testing.T) {
 		if _, _, ok := parseCleanManifestName(bad); ok {
 			t.Fatalf("parseCleanManifestName takes %s", bad)
 		}
+	}
+}
+
+// TestClusterCompactedTopicWithSmallSegmentsStaysBounded is the cluster-mode case of
+// TestCompactedTopicWithSmallSegmentsStaysBounded: through takeovers (a crash, then a graceful
+// release) the leader's cleans keep the segment count, the manifest count and the files on the
+// volume bounded, and each taker reads the latest value of every key.
+func TestClusterCompactedTopicWithSmallSegmentsStaysBounded(t *testing.T) {
+	dir := t.TempDir()
+	cfs := crashfs.New()
+	pdir := filepath.Join(dir, "topics", "t", "0")
+	cfgs := compactConfigs()
+	delete(cfgs, "segment.bytes")
+	cfgs["segment.ms"] = "100"
+	var h Handover
+	latest := map[string][]byte{}
+	for epoch := int32(1); epoch <= 3; epoch++ {
+		inc := fmt.Sprintf("i%d", epoch)
+		s := openClusterStore(t, dir, epoch, inc, hostFS{cfs.Host(inc)})
+		if epoch == 1 {
+			if err := s.AlterTopicConfig("t", ptrMap(cfgs)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, _ := takeOver(t, s, epoch, h)
+		sameLive(t, fmt.Sprintf("epoch %d after its takeover", epoch), mustView(t, p), latest)
+		// The append clock runs ahead of the wall clock: a crashed predecessor's records that the
+		// taker replays into its active segment start that segment's segment.ms at wall time.
+		got := runSmallSegmentRounds(t, s, p, 200, 20, time.Now().UnixMilli()+int64(epoch)*1_000_000, func(round int) {
+			// After a clean: the cleaned groups, the previous epoch's last segment (at or
+			// above the clean end until this leader's own data is cleaned) and the active one.
+			if n := len(*p.segs.Load()); n > 4 {
+				t.Fatalf("epoch %d round %d: %d segments after the clean", epoch, round, n)
+			}
+			if ms := manifestsIn(t, pdir); len(ms) != 1 {
+				t.Fatalf("epoch %d round %d: manifests %v", epoch, round, ms)
+			}
+			if garbage, _ := classifyPartitionFiles(t, pdir, p); len(garbage) > 0 {
+				t.Fatalf("epoch %d round %d: files no reader needs: %v", epoch, round, garbage)
+			}
+		})
+		for k, v := range got {
+			latest[k] = v
+		}
+		checkGroupedSegments(t, fmt.Sprintf("epoch %d", epoch), p, p.config().SegmentBytes)
+		if epoch == 2 {
+			rec, err := s.Release("t", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			h = Handover{Release: &rec}
+		} else {
+			cfs.Crash(inc)
+			crash(s)
+			h = Handover{PrevWALDir: clusterWALDir(dir, epoch, inc), PrevInc: inc, PrevEpoch: epoch}
+		}
+	}
+	s := openClusterStore(t, dir, 4, "i4", hostFS{cfs.Host("i4")})
+	defer s.Close()
+	p, _ := takeOver(t, s, 4, h)
+	sameLive(t, "epoch 4", mustView(t, p), latest)
+	if n := len(*p.segs.Load()); n > 5 {
+		t.Fatalf("epoch 4 took over %d segments", n)
 	}
 }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -299,10 +301,19 @@ func TestCleanerModel(t *testing.T) {
 					aborts++
 				}
 			}
+			sources, mergedBefore := p.planClean(cleanerT0).cleanable, cleanerSegmentsMergedTotal.Get()
 			if err := s.RunCleaner(cleanerT0); err != nil {
 				t.Fatal(err)
 			}
 			to := p.cleanedTo.Load()
+			// Grouping: the clean emptied or shrank most segments (a few keys, overwritten
+			// often), so the cleaned range is fewer segments than it was, each within
+			// segment.bytes and contiguous, and the counter says how many went.
+			groups := segmentsBelow(p, to)
+			if merged := cleanerSegmentsMergedTotal.Get() - mergedBefore; groups >= sources || merged != uint64(sources-groups) {
+				t.Fatalf("clean of %d segments left %d (merged counter +%d)", sources, groups, merged)
+			}
+			checkGroupedSegments(t, "after clean", p, 2048)
 			if aborts == 0 || len(p.AbortedTransactions(0, to)) == 0 {
 				t.Fatalf("workload has %d ABORT markers, %d in the cleaned range after the first clean", aborts, len(p.AbortedTransactions(0, to)))
 			}
@@ -353,6 +364,11 @@ func TestCleanerModel(t *testing.T) {
 			if n := tombs(); n != hadTombs {
 				t.Fatalf("%d tombstones before delete.retention.ms, want %d", n, hadTombs)
 			}
+			// A clean of an already grouped range never splits it.
+			if n := segmentsBelow(p, to); n > groups {
+				t.Fatalf("a second clean turned %d segments into %d", groups, n)
+			}
+			checkGroupedSegments(t, "after the second clean", p, 2048)
 			for i := 1; i <= 3; i++ {
 				if err := s.RunCleaner(cleanerT0.Add(time.Duration(i) * (cleanerTestTopicDeleteRetention + 1) * time.Millisecond)); err != nil {
 					t.Fatal(err)
@@ -388,10 +404,15 @@ func TestCleanerModel(t *testing.T) {
 			}
 
 			// Restart (kill -9): the same committed content, producer state and LSO.
+			nsegs := len(*p.segs.Load())
 			crash(s)
 			s = openStore(t, dir)
 			defer s.Close()
 			p = s.Topic("t").Partition(0)
+			if got := len(*p.segs.Load()); got != nsegs || len(filesWith(t, p.dir, ".log")) != nsegs {
+				t.Fatalf("after restart %d segments, %d .log files, want %d", got, len(filesWith(t, p.dir, ".log")), nsegs)
+			}
+			checkGroupedSegments(t, "after restart", p, 2048)
 			view, _, _ = committedView(t, p, 0)
 			sameLive(t, "after restart", view, m.latest)
 			for pid, seq := range states {
@@ -413,6 +434,34 @@ func TestCleanerModel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// segmentsBelow counts p's segments that end at or below off.
+func segmentsBelow(p *Partition, off int64) int {
+	n := 0
+	for _, sg := range *p.segs.Load() {
+		if next, _, _ := sg.stats(); next <= off {
+			n++
+		}
+	}
+	return n
+}
+
+// checkGroupedSegments: p's segments are contiguous (each ends where the next begins, whatever
+// the clean removed), and every closed one is within segBytes and addressable by the 32-bit
+// relative offsets of its indexes.
+func checkGroupedSegments(t *testing.T, what string, p *Partition, segBytes int64) {
+	t.Helper()
+	segs := *p.segs.Load()
+	for i, sg := range segs[:len(segs)-1] {
+		next, _, _ := sg.stats()
+		if next != segs[i+1].base {
+			t.Fatalf("%s: segment %d ends at %d, the next begins at %d", what, sg.base, next, segs[i+1].base)
+		}
+		if sg.size.Load() > segBytes || next-1-sg.base > math.MaxInt32 {
+			t.Fatalf("%s: segment %d holds %d bytes, offsets to %d", what, sg.base, sg.size.Load(), next)
+		}
 	}
 }
 
@@ -458,8 +507,20 @@ func TestCleanerCrashAtEachSwapStep(t *testing.T) {
 	}
 	newSet := fileSet(t, pdir)
 	ref.Close()
+	// The clean groups: the new set has fewer segments, so the swap renames some groups'
+	// files over their first source and deletes the others' (mid-delete stops there).
+	if logs := func(set map[string]string) (n int) {
+		for name := range set {
+			if strings.HasSuffix(name, ".log") {
+				n++
+			}
+		}
+		return n
+	}; logs(newSet) >= logs(oldSet) {
+		t.Fatalf("the clean merged no segment: %d .log files before, %d after", logs(oldSet), logs(newSet))
+	}
 
-	steps := []string{"before-dir-sync", "before-marker", "mid-rename", "before-final-dir-sync", "before-marker-removal"}
+	steps := []string{"before-dir-sync", "before-marker", "mid-rename", "mid-delete", "before-final-dir-sync", "before-marker-removal"}
 	for _, step := range steps {
 		t.Run(step, func(t *testing.T) {
 			dir := t.TempDir()
@@ -487,7 +548,7 @@ func TestCleanerCrashAtEachSwapStep(t *testing.T) {
 			got := fileSet(t, p.dir)
 			switch {
 			case sameFiles(got, oldSet):
-				if step == "mid-rename" || step == "before-final-dir-sync" || step == "before-marker-removal" {
+				if step == "mid-rename" || step == "mid-delete" || step == "before-final-dir-sync" || step == "before-marker-removal" {
 					t.Fatal("rolled back after the swap marker was written")
 				}
 			case sameFiles(got, newSet):
@@ -719,6 +780,7 @@ func TestCleanerConcurrentWithProduceAndFetch(t *testing.T) {
 	s := openStore(t, "")
 	defer s.Close()
 	p := compactTopic(t, s)
+	mergedBefore := cleanerSegmentsMergedTotal.Get()
 	latest := map[string]string{}
 	done := make(chan struct{})
 	prodErr := make(chan error, 1)
@@ -792,6 +854,15 @@ func TestCleanerConcurrentWithProduceAndFetch(t *testing.T) {
 				if cleans == 0 {
 					t.Fatal("no clean ran during the produce")
 				}
+				// The cleans grouped: the reader ran across swaps that deleted merged sources'
+				// files, and 13 keys end in a few segments, not one per roll.
+				if cleanerSegmentsMergedTotal.Get() == mergedBefore {
+					t.Fatal("no clean merged segments during the produce")
+				}
+				if n := len(*p.segs.Load()); n > 4 {
+					t.Fatalf("%d segments hold 13 keys after the final clean", n)
+				}
+				checkGroupedSegments(t, "after the final clean", p, 2048)
 				return
 			}
 		default:
@@ -801,6 +872,223 @@ func TestCleanerConcurrentWithProduceAndFetch(t *testing.T) {
 			if p.FirstDirtyOffset() > 0 {
 				cleans++
 			}
+		}
+	}
+}
+
+// readBatches reads [from, HWM) of p without a testing.T (for hooks that run on the cleaner's
+// goroutine).
+func readBatches(p *Partition, from int64) ([]codec.Batch, error) {
+	var out []codec.Batch
+	for from < p.HighWatermark() {
+		buf, code := p.Read(nil, from, 1<<20, p.HighWatermark())
+		if code != codec.CodeNone || len(buf) == 0 {
+			return out, fmt.Errorf("read at %d: code %d, %d bytes", from, code, len(buf))
+		}
+		for len(buf) > 0 {
+			b, ok, bad := codec.FrameBatch(buf)
+			if !ok || bad || !b.CRCValid() {
+				return out, fmt.Errorf("read at %d: bad batch", from)
+			}
+			out = append(out, slices.Clone(b))
+			buf = buf[len(b):]
+			from = b.LastOffset() + 1
+		}
+	}
+	return out, nil
+}
+
+// TestReadDuringGroupedSwapServesOldFiles: a read during the swap, after the merged sources'
+// files are deleted and before the new list is published, still reads the old list's open
+// files and returns the log as it was before the clean; after the swap the same read returns
+// the cleaned log.
+func TestReadDuringGroupedSwapServesOldFiles(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	p := compactTopic(t, s)
+	fillKeys(t, p, 400, 5, 1)
+	want, err := readBatches(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var during []codec.Batch
+	var duringErr error
+	var logsDuring int // .log files on disk during the swap
+	cleanerCrashAt = func(step string) bool {
+		if step == "before-final-dir-sync" {
+			ents, _ := os.ReadDir(p.dir)
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), ".log") {
+					logsDuring++
+				}
+			}
+			during, duringErr = readBatches(p, 0)
+		}
+		return false
+	}
+	defer func() { cleanerCrashAt = nil }()
+	segsBefore := len(*p.segs.Load())
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	cleanerCrashAt = nil
+	if duringErr != nil {
+		t.Fatal(duringErr)
+	}
+	if logsDuring >= segsBefore {
+		t.Fatalf("%d .log files on disk during the swap, %d segments before: no source was deleted", logsDuring, segsBefore)
+	}
+	if len(during) != len(want) {
+		t.Fatalf("read during the swap returned %d batches, the log had %d", len(during), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(during[i], want[i]) {
+			t.Fatalf("batch %d read during the swap differs from the log before the clean", i)
+		}
+	}
+	after, err := readBatches(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) >= len(want) || len(*p.segs.Load()) >= segsBefore {
+		t.Fatalf("after the swap %d batches in %d segments, before %d in %d", len(after), len(*p.segs.Load()), len(want), segsBefore)
+	}
+}
+
+// TestCompactedTopicWithSmallSegmentsStaysBounded guards against a compacted topic keeping one
+// file per segment it ever rolled: a Kafka Streams changelog with a small segment.ms rolls a
+// tiny segment every few records, and a cleaner that kept every base forever made thousands.
+// Here a few keys are overwritten through 400 rolls with a clean every 20; the segment count
+// stays bounded after every clean (and so the files on disk), the content is the latest per key, and a restart
+// reads the same.
+func TestCompactedTopicWithSmallSegmentsStaysBounded(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact", "segment.ms": "100",
+		"min.cleanable.dirty.ratio": "0.01"})
+	latest := runSmallSegmentRounds(t, s, p, 400, 20, 0, func(round int) {
+		if n := len(*p.segs.Load()); n > 3 {
+			t.Fatalf("round %d: %d segments after the clean", round, n)
+		}
+		if logs := len(filesWith(t, p.dir, ".log")); logs != len(*p.segs.Load()) {
+			t.Fatalf("round %d: %d .log files for %d segments", round, logs, len(*p.segs.Load()))
+		}
+	})
+	if n := len(*p.segs.Load()); n > 3 {
+		t.Fatalf("%d segments after the last clean (5 keys)", n)
+	}
+	checkGroupedSegments(t, "after the rounds", p, p.config().SegmentBytes)
+	nsegs := len(*p.segs.Load())
+	crash(s)
+	s = openStore(t, dir)
+	defer s.Close()
+	p = s.Topic("t").Partition(0)
+	if n := len(*p.segs.Load()); n != nsegs {
+		t.Fatalf("after restart %d segments, want %d", n, nsegs)
+	}
+	sameLive(t, "after restart", mustView(t, p), latest)
+}
+
+// runSmallSegmentRounds appends rounds of 3 records over 5 keys, one round per second of the
+// append clock (so every round rolls a segment at segment.ms=100), cleans every cleanEvery
+// rounds and calls check after each clean. It returns the latest value of every key.
+func runSmallSegmentRounds(t *testing.T, s *Store, p *Partition, rounds, cleanEvery int, clock int64, check func(round int)) map[string][]byte {
+	t.Helper()
+	latest := map[string][]byte{}
+	rolledFrom := len(*p.segs.Load())
+	var rolls int
+	for r := 1; r <= rounds; r++ {
+		now := clock + int64(r)*1000
+		for i := 0; i < 3; i++ {
+			k, v := fmt.Sprintf("k%d", (r*3+i)%5), []byte(fmt.Sprintf("v%d-%d", r, i))
+			mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, now, []kv{{k, v}}), now)
+			latest[k] = v
+		}
+		if r%cleanEvery == 0 {
+			rolls += len(*p.segs.Load()) - rolledFrom
+			if err := s.RunCleaner(cleanerT0); err != nil {
+				t.Fatal(err)
+			}
+			rolledFrom = len(*p.segs.Load())
+			sameLive(t, fmt.Sprintf("round %d", r), mustView(t, p), latest)
+			check(r)
+		}
+	}
+	if rolls < rounds*9/10 {
+		t.Fatalf("only %d segments rolled in %d rounds", rolls, rounds)
+	}
+	return latest
+}
+
+// TestCleanerStagedSourcePastStageStartsItsGroup: a source that may not fit in the group is held
+// in memory up to cleanerStageBytes; one whose cleaned output passes that (here 4 MiB of keys
+// that all survive, behind a group the clean shrank to about 1 MiB) starts a group of its own
+// at its base, counted, with every record kept.
+func TestCleanerStagedSourcePastStageStartsItsGroup(t *testing.T) {
+	s := openStore(t, "")
+	defer s.Close()
+	const segBytes = 4 << 20
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact", "segment.bytes": fmt.Sprint(segBytes),
+		"min.cleanable.dirty.ratio": "0.01"})
+	value := bytes.Repeat([]byte("v"), 1000)
+	appendKeys := func(name func(i int) string, n int) {
+		for i := 0; i < n; i += 32 {
+			var recs []kv
+			for j := i; j < i+32 && j < n; j++ {
+				recs = append(recs, kv{name(j), value})
+			}
+			mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, 1, recs), 1)
+		}
+	}
+	// Segment 1: 3 MiB of 10 keys overwritten, then keys that survive (320 KiB, then unique
+	// keys up to the roll); segment 2: unique keys until it rolls.
+	appendKeys(func(i int) string { return fmt.Sprintf("k%d", i%10) }, 3<<20/1100)
+	appendKeys(func(i int) string { return fmt.Sprintf("b%d", i) }, 320)
+	if len(*p.segs.Load()) != 1 {
+		t.Fatal("the first segment rolled early")
+	}
+	var second int64 = -1
+	for n := 0; len(*p.segs.Load()) < 3; n++ {
+		appendKeys(func(i int) string { return fmt.Sprintf("u%d-%d", n, i) }, 32)
+		if second < 0 && len(*p.segs.Load()) == 2 {
+			second = p.active.base
+		}
+	}
+	want, _, _ := committedView(t, p, 0)
+	full := cleanerStageFullTotal.Get()
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	segs := *p.segs.Load()
+	if len(segs) != 3 || segs[1].base != second || cleanerStageFullTotal.Get() != full+1 {
+		t.Fatalf("after the clean %d segments, the second at %d (want %d), stage-full counter +%d",
+			len(segs), segs[1].base, second, cleanerStageFullTotal.Get()-full)
+	}
+	if segs[0].size.Load() > 2<<20 || segs[1].size.Load() < segBytes-(64<<10) {
+		t.Fatalf("segment sizes %d and %d: want the first shrunk, the second whole", segs[0].size.Load(), segs[1].size.Load())
+	}
+	checkGroupedSegments(t, "after the clean", p, segBytes)
+	got, _, _ := committedView(t, p, 0)
+	sameLive(t, "after the clean", got, want)
+}
+
+// TestGroupFitsIn32BitRelativeOffsets: a group never spans more offsets than the 32-bit relative
+// offsets of kaas's .index and .timeindex address, nor more bytes than segment.bytes.
+func TestGroupFitsIn32BitRelativeOffsets(t *testing.T) {
+	const base = 1000
+	for _, tc := range []struct {
+		pos, size, next, segBytes int64
+		want                      bool
+	}{
+		{0, 100, base + 10, 1024, true},
+		{900, 124, base + 10, 1024, true},
+		{900, 125, base + 10, 1024, false},
+		{0, 0, base + math.MaxInt32 + 1, 1024, true}, // last offset base+2^31-1: relative 2^31-1
+		{0, 0, base + math.MaxInt32 + 2, 1024, false},
+		{0, 0, base, 1024, true}, // an empty source
+	} {
+		if got := groupFits(base, tc.pos, tc.size, tc.next, tc.segBytes); got != tc.want {
+			t.Errorf("groupFits(%d, pos %d, size %d, next %d, segment.bytes %d) = %v, want %v", base, tc.pos, tc.size, tc.next, tc.segBytes, got, tc.want)
 		}
 	}
 }
