@@ -346,15 +346,14 @@ func TestClusterStreamsEOSWithCompactionAndKill(t *testing.T) {
 
 	// From here on the cleaner leaves the changelog alone (nothing is older than the lag), so
 	// what the restore reads of a partition moved by the bounce below was cleaned by a leader
-	// before the move. Set on every broker: a topic config altered through one broker is not
-	// seen by the others in cluster mode today (their DescribeConfigs and their cleaners keep
-	// the old value), and the move takes the partitions to other brokers.
+	// before the move. Set through one broker (the first): every broker must then describe it
+	// and clean by it (the registry carries topic configs cluster-wide).
 	const frozenLag = "3600000"
+	e2eEventually(t, 30*time.Second, "min.compaction.lag.ms altered through broker 1", func() error {
+		return e2eClusterStreamsAlterAt(c.brokers[0].addr, changelog, "min.compaction.lag.ms", frozenLag)
+	})
 	for i, p := range c.brokers {
 		e2eEventually(t, 30*time.Second, fmt.Sprintf("min.compaction.lag.ms=%s on broker %d", frozenLag, i+1), func() error {
-			if err := e2eClusterStreamsAlterAt(p.addr, changelog, "min.compaction.lag.ms", frozenLag); err != nil {
-				return err
-			}
 			if v, err := e2eClusterStreamsConfigAt(p.addr, changelog, "min.compaction.lag.ms"); err != nil || v != frozenLag {
 				return fmt.Errorf("broker %d describes min.compaction.lag.ms=%q (%v)", i+1, v, err)
 			}
