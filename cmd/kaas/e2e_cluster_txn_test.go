@@ -214,11 +214,12 @@ func TestClusterTxnMessageCopierChaos(t *testing.T) {
 	const (
 		parts = 4
 		// A kill -9 every 10 s for 3 rounds (as the test plan says), then a clean bounce
-		// of each broker 3 s apart, all inside the copy: that takes ~45 s of copying. The 4
-		// copiers with 10-record transactions copy 1.5k–2.6k records/s on 2 cores (loaded CI /
-		// idle), so 130 000 records last 50–90 s. (65 000 were too few on an idle machine: the
-		// third kill and the bounces landed after the copy.)
-		n         = 130_000
+		// of each broker 3 s apart, all inside the copy: ~50 s of copying on an idle machine. The
+		// 4 copiers with 10-record transactions copy 1.5k–2.2k records/s here (loaded CI / idle;
+		// 130 000 records ended 7 s after the last bounce on an idle machine, too close), so
+		// 200 000 last about 90 s idle and leave room for a faster machine. (65 000 were too few:
+		// the third kill and the bounces landed after the copy.)
+		n         = 200_000
 		killEvery = 10 * time.Second
 		kills     = 3
 		bounceGap = 3 * time.Second
