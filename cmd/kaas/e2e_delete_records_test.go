@@ -105,11 +105,7 @@ func TestTopicConfigsCLINoEffectKeys(t *testing.T) {
 	javaTool(t, 60*time.Second, classTopics, append(append([]string{}, bs...), "--create", "--topic", topic,
 		"--partitions", "1", "--replication-factor", "1",
 		"--config", "min.insync.replicas=2", "--config", "segment.jitter.ms=5")...)
-	cfg := func(args ...string) string {
-		t.Helper()
-		return javaTool(t, 60*time.Second, classConfigs, append(append([]string{}, bs...),
-			append([]string{"--entity-type", "topics", "--entity-name", topic}, args...)...)...).stdout
-	}
+	cfg := e2eTopicConfigsTool(t, bs, topic)
 	if out := cfg("--alter", "--add-config", "unclean.leader.election.enable=true,min.cleanable.dirty.ratio=0.7"); !strings.Contains(out, "Completed updating config") {
 		t.Errorf("kafka-configs --alter: unexpected output %q", out)
 	}
@@ -237,11 +233,7 @@ func TestCompactedTopicDeleteRecordsAndConfigsCLI(t *testing.T) {
 	t.Logf("compacted: %d of %d records kept", len(kept), written)
 	checkLatest("after compaction", kept)
 
-	cfg := func(args ...string) string {
-		t.Helper()
-		return javaTool(t, 60*time.Second, classConfigs, append(append([]string{}, bs...),
-			append([]string{"--entity-type", "topics", "--entity-name", topic}, args...)...)...).stdout
-	}
+	cfg := e2eTopicConfigsTool(t, bs, topic)
 	if out := cfg("--alter", "--add-config", "delete.retention.ms=3600000"); !strings.Contains(out, "Completed updating config") {
 		t.Errorf("kafka-configs --alter: unexpected output %q", out)
 	}
@@ -327,4 +319,14 @@ func TestCompactedTopicDeleteRecordsAndConfigsCLI(t *testing.T) {
 	b.Kill(t)
 	b.Restart(t)
 	check("after kill -9 and restart")
+}
+
+// e2eTopicConfigsTool runs kafka-configs for one topic: cfg("--describe") or
+// cfg("--alter", "--add-config", "k=v"), returning its stdout.
+func e2eTopicConfigsTool(t *testing.T, bootstrap []string, topic string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		return javaTool(t, 60*time.Second, classConfigs, append(append([]string{}, bootstrap...),
+			append([]string{"--entity-type", "topics", "--entity-name", topic}, args...)...)...).stdout
+	}
 }
