@@ -395,6 +395,65 @@ func TestStreamsEOSCount(t *testing.T) {
 	e2eStreamsCheckExact(t, cl, b.Addr(), out, n)
 }
 
+// TestStreamsEOSRepartitionPurgedWithDeleteRecords: the count application re-keys its input
+// (kaas.repartition=true), so Streams creates <app>-counts-repartition and, every
+// repartition.purge.interval.ms, deletes what its committed offsets have consumed with
+// DeleteRecords (Streams' own admin client, KIP-204): every repartition partition's log start
+// moves past 0 while the app runs, and the output still counts every record exactly once.
+func TestStreamsEOSRepartitionPurgedWithDeleteRecords(t *testing.T) {
+	st := newE2EStepTimer(t)
+	b, cl, in, out, appID := e2eStreamsSetup(t, "streams-repart")
+	const rounds, per = 4, 25
+	app := newE2EStreamsApp(t, b.Addr(), appID, in, out, t.TempDir(),
+		"kaas.repartition=true", "repartition.purge.interval.ms=500")
+	app.start(t)
+	for r := 0; r < rounds; r++ {
+		e2eStreamsProduce(t, cl, in, r*per, (r+1)*per)
+		e2eStreamsWaitCounts(t, app, cl, b.Addr(), out, int64((r+1)*per), 120*time.Second)
+	}
+	st.done("count through the repartition topic")
+	repart := appID + "-counts-repartition"
+	adm := kadm.NewClient(cl)
+	e2eEventually(t, 60*time.Second, "Streams purged "+repart, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		starts, err := adm.ListStartOffsets(ctx, repart)
+		if err != nil {
+			return err
+		}
+		ends, err := adm.ListEndOffsets(ctx, repart)
+		if err != nil {
+			return err
+		}
+		if len(ends) == 0 || len(ends[repart]) == 0 {
+			return fmt.Errorf("%s has no partitions yet", repart)
+		}
+		for p, e := range ends[repart] {
+			s, ok := starts.Lookup(repart, p)
+			if e.Err != nil || !ok || s.Err != nil {
+				return fmt.Errorf("partition %d: end %+v start %+v", p, e, s)
+			}
+			if e.Offset > 0 && s.Offset == 0 {
+				return fmt.Errorf("partition %d: log start still 0 with %d records written", p, e.Offset)
+			}
+		}
+		t.Logf("%s: starts %v, ends %v", repart, e2eOffsetsOf(starts, repart), e2eOffsetsOf(ends, repart))
+		return nil
+	})
+	st.done("purge seen")
+	app.stop(t)
+	e2eStreamsCheckExact(t, cl, b.Addr(), out, rounds*per)
+}
+
+// e2eOffsetsOf is a topic's offsets by partition, for logs.
+func e2eOffsetsOf(l kadm.ListedOffsets, topic string) map[int32]int64 {
+	out := map[int32]int64{}
+	for p, o := range l[topic] {
+		out[p] = o.Offset
+	}
+	return out
+}
+
 // TestStreamsEOSCountBrokerKill9 is the same workload produced in four rounds, with the broker
 // SIGKILLed and restarted on the same data dir twice while the application is processing (its
 // transactions open). Streams' clients retry through the outage; whatever was in flight is

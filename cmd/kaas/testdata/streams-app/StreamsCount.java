@@ -4,7 +4,9 @@
 //   java -cp target/classes:target/lib/* StreamsCount <bootstrap> <application.id> <input> <output> <state.dir> [key=value...]
 //
 // Extra key=value arguments are StreamsConfig properties (e.g. topic.segment.ms=200, which Streams
-// applies to the changelog topic it creates). The process runs until SIGTERM, then closes the
+// applies to the changelog topic it creates), except kaas.repartition=true, which re-keys the
+// stream before counting: Streams then routes it through a repartition topic it creates
+// (<application.id>-counts-repartition) and purges that topic with DeleteRecords after commits. The process runs until SIGTERM, then closes the
 // Streams instance cleanly (committing its open transaction). Each state change is printed on
 // stdout as "STATE <old> <new>" so that the test can see RUNNING and a fatal ERROR.
 import java.time.Duration;
@@ -20,6 +22,8 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.state.KeyValueStore;
@@ -67,9 +71,15 @@ public final class StreamsCount {
             p.put(args[i].substring(0, eq), args[i].substring(eq + 1));
         }
 
+        boolean repartition = "true".equals(p.remove("kaas.repartition"));
+
         StreamsBuilder b = new StreamsBuilder();
-        b.stream(args[2], Consumed.with(Serdes.String(), Serdes.String()))
-            .groupByKey()
+        KStream<String, String> in = b.stream(args[2], Consumed.with(Serdes.String(), Serdes.String()));
+        if (repartition) {
+            // The same key again, but Streams cannot know it: the count must repartition.
+            in = in.selectKey((k, v) -> k);
+        }
+        in.groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
             .count(Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>as("counts")
                 .withKeySerde(Serdes.String())
                 .withValueSerde(Serdes.Long()))
