@@ -589,25 +589,26 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 	segs := plan.segs
 	logStart := p.logStart.Load()
 	// Cluster mode (cleaner_cluster.go): new names of this epoch and clean sequence, committed
-	// by a manifest instead of the rename swap. The clean also stops when the partition shuts
-	// down (Release waits for it).
+	// by a manifest instead of the rename swap.
 	cluster := p.nameEpoch >= 0
 	var seq int64
 	if cluster {
 		p.cleanSeq++
 		seq = p.cleanSeq
-		merged, done := make(chan struct{}), make(chan struct{})
-		defer close(done)
-		go func(outer <-chan struct{}) {
-			select {
-			case <-outer:
-			case <-p.stop:
-			case <-done:
-			}
-			close(merged)
-		}(stop)
-		stop = merged
 	}
+	// The clean also stops when the partition shuts down (Release and the topic deletions wait
+	// for it, holding Topic.mu).
+	merged, done := make(chan struct{}), make(chan struct{})
+	defer close(done)
+	go func(outer <-chan struct{}) {
+		select {
+		case <-outer:
+		case <-p.stop:
+		case <-done:
+		}
+		close(merged)
+	}(stop)
+	stop = merged
 
 	p.txn.mu.Lock()
 	aborted := p.txn.abortedRange(logStart, math.MaxInt64)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -1122,5 +1123,63 @@ func TestCleanerRacingRetentionStaysOnline(t *testing.T) {
 	}
 	if err := s.RunCleaner(cleanerT0); err != nil || p.FirstDirtyOffset() == 0 {
 		t.Fatalf("clean after retention: %v, cleaned to %d", err, p.FirstDirtyOffset())
+	}
+}
+
+// TestDeleteTopicWaitsForItsClean: a clean in flight when its topic is deleted is finished
+// (abandoned) before DeleteTopic returns, as Release waits for one. Otherwise the clean goes on
+// creating and deleting files by its partition's path after the directory was parked, i.e. in
+// whatever holds that path next (a re-created topic of the same name, whose segment and
+// .cleaned names are the same ones).
+func TestDeleteTopicWaitsForItsClean(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	defer s.Close()
+	p := compactTopic(t, s)
+	fillKeys(t, p, 400, 40, cleanerT0.UnixMilli()-1000)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	cleanerStepHook = func(hp *Partition) {
+		if hp == p {
+			close(paused)
+			<-resume
+		}
+	}
+	defer func() { cleanerStepHook = nil }()
+	cleanDone := make(chan error, 1)
+	go func() { cleanDone <- s.RunCleaner(cleanerT0) }()
+	<-paused
+	delDone := make(chan error, 1)
+	go func() { delDone <- s.DeleteTopic("t") }()
+	eventually(t, "the deletion closes the partition", func() bool { return !p.Loaded() })
+	// The deletion must not get past the clean: a bounded wait is the only way to see that it
+	// stays blocked (it returns as soon as the clean ends below).
+	select {
+	case err := <-delDone:
+		close(resume)
+		t.Fatalf("DeleteTopic returned (%v) while a clean of its partition was still running", err)
+	case <-time.After(time.Second):
+	}
+	close(resume)
+	if err := <-delDone; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cleanDone:
+		if err != nil {
+			t.Fatalf("clean racing the deletion: %v (want it abandoned, not failed)", err)
+		}
+	default:
+		t.Fatal("DeleteTopic returned before the clean of its partition ended")
+	}
+	if p.CleaningOffline() {
+		t.Fatal("a clean abandoned by the deletion took cleaning offline")
+	}
+	if err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, cleanedSuffix) {
+			t.Errorf("%s left behind by a clean racing the deletion", path)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
