@@ -1214,9 +1214,10 @@ func removeSourceFiles(dir, stem string) error {
 	return nil
 }
 
-// recoverCleanerSwap finishes or rolls back a swap a crash interrupted (recoverLog, before the
-// segment files are listed): with the marker, every .cleaned file it names replaces its old
-// file; without it, .cleaned files are leftovers of a clean that never reached its swap.
+// recoverCleanerSwap finishes or rolls back a swap a crash interrupted (recoverLog, and a
+// cluster-mode takeover of a directory a single broker left, before the segment files are
+// listed): with the marker, every .cleaned file it names replaces its old file; without it,
+// .cleaned files are leftovers of a clean that never reached its swap.
 func recoverCleanerSwap(dir string, log *zap.Logger) error {
 	marker := filepath.Join(dir, cleanerSwapName)
 	buf, err := os.ReadFile(marker)
@@ -1257,10 +1258,15 @@ func recoverCleanerSwap(dir string, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	changed := found
 	for _, e := range ents {
 		if strings.HasSuffix(e.Name(), cleanedSuffix) {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
+			changed = true
 		}
+	}
+	if !changed {
+		return nil // nothing to undo (every open and takeover passes here)
 	}
 	if found {
 		_ = os.Remove(marker)

@@ -647,6 +647,15 @@ func (s *Store) openTakeover(t *Topic, id int32, dir string, epoch int32, h Hand
 // recoverTakeover is recoverLog for a partition written by other epochs (see the top of this
 // file). Nothing is written to another epoch's file.
 func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) error {
+	// A single broker that crashed in the middle of a cleaner swap (cleaner.go) left a marker
+	// and a mix of old and new files that only its own next open would make whole; finish
+	// that first, as it would have. This is the one place a successor renames and deletes
+	// another epoch's files: the marker and the *.cleaned files are only ever written by a
+	// single broker (epoch 0), which no longer runs once the cluster owns the volume, and a
+	// cluster-mode clean commits with a manifest instead (cleaner_cluster.go).
+	if err := recoverCleanerSwap(p.dir, p.log); err != nil {
+		return err
+	}
 	v, err := readPartitionView(p.dir, epoch)
 	if err != nil {
 		return err
