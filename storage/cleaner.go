@@ -42,8 +42,8 @@ import (
 //     cleanerStageBytes) until its cleaned size is known, so segments a clean empties merge
 //     into their neighbour in that same clean (see groupFits).
 //     A record survives if no later offset of its key is in the map. Records of aborted
-//     transactions go. A tombstone, or a COMMIT/ABORT marker whose transaction has no record
-//     left, stays until delete.retention.ms after the clean that first saw it (KIP-534: that
+//     transactions go. A tombstone, or a COMMIT/ABORT marker whose transaction has no batch
+//     left (an emptied batch kept as its producer's last counts), stays until delete.retention.ms after the clean that first saw it (KIP-534: that
 //     clean stamps a delete horizon into the batch, so the rule survives restarts); a later
 //     clean removes it.
 //     An ABORT marker whose records this clean removed is kept (and its aborted-index entry
@@ -873,17 +873,22 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			}); err != nil {
 				return err
 			}
-			if kept > 0 && b.IsTransactional() {
-				tracks[pid].retained = true
-			}
 			stamp := int64(-1)
 			if tombs && !hasHz {
 				stamp = horizon
 			}
+			dropped := (changed || stamp >= 0) && kept == 0 && !last
+			if b.IsTransactional() && !dropped {
+				// The batch stays, with records or empty as its producer's last: so does its
+				// transaction's marker (Apache keeps the marker of a transaction it still
+				// traverses a batch of). A replay of the producer state over this range would
+				// otherwise open the transaction and never close it (the LSO stuck below it).
+				tracks[pid].retained = true
+			}
 			if !changed && stamp < 0 {
 				return emit(b)
 			}
-			if kept == 0 && !last {
+			if dropped {
 				return nil
 			}
 			if stamp >= 0 {

@@ -1183,3 +1183,64 @@ func TestDeleteTopicWaitsForItsClean(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCleanerKeepsCommitMarkerOfRetainedEmptyBatch: a committed transaction whose records were
+// all compacted away but whose batch stays, empty, as its producer's last (for the sequence
+// checks) keeps its COMMIT marker, as Apache keeps the marker of a transaction it still
+// traverses a batch of. Without the marker, a replay of the producer state over the cleaned
+// range (a .txnindex that did not load makes recovery replay from the log start) finds a
+// transactional batch with no end: the transaction stays open and the LSO stays below it
+// forever.
+func TestCleanerKeepsCommitMarkerOfRetainedEmptyBatch(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, withoutWAL)
+	p := compactTopic(t, s)
+	const pid = 100
+	// The producer's only transaction: k0 committed, then overwritten by a plain producer.
+	g, _ := p.VerificationGuard(pid, 0)
+	r := p.AppendTxn(makeKeyed(t, pid, 0, 0, true, 1000, []kv{{"k0", []byte("in-txn")}}), 0, g)
+	if r.Code != codec.CodeNone {
+		t.Fatalf("txn append: code %d", r.Code)
+	}
+	txnBatch := r.BaseOffset
+	mustMarker(t, p, pid, 0, true, 0)
+	fillKeys(t, p, 300, 20, 2000) // k0 among them: the transaction's record is superseded
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	// Past the delete horizon the first clean stamped: a marker without records goes now.
+	if err := s.RunCleaner(cleanerT0.Add(2 * cleanerTestTopicDeleteRetention * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	var sawBatch, sawMarker bool
+	for _, b := range readAll(t, p, p.LogStartOffset()) {
+		if b.ProducerID() != pid {
+			continue
+		}
+		if b.IsControl() {
+			sawMarker = true
+		} else if b.BaseOffset() == txnBatch {
+			sawBatch = true
+		}
+	}
+	if !sawBatch {
+		t.Fatal("the producer's last batch was removed by the clean")
+	}
+	if !sawMarker {
+		t.Fatalf("the COMMIT marker of the transaction whose (empty) batch at %d stays was removed", txnBatch)
+	}
+	hwm := p.HighWatermark()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A .txnindex that does not load: recovery replays the producer state from the log start.
+	if err := os.Remove(filepath.Join(p.dir, epochFileName(0, noEpoch, ".txnindex"))); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, withoutWAL)
+	defer s.Close()
+	p = s.Topic("t").Partition(0)
+	if lso := p.LastStableOffset(); lso != hwm || p.HighWatermark() != hwm {
+		t.Fatalf("after a replay over the cleaned range: LSO %d, HWM %d (was %d)", lso, p.HighWatermark(), hwm)
+	}
+}
