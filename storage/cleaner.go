@@ -1110,6 +1110,9 @@ func (p *Partition) swapCleaned(out []*cleaned, droppedAborts map[int64]bool) er
 		p.mu.Unlock()
 		return fmt.Errorf("cannot write swap marker: %w", err)
 	}
+	// From here on a failure leaves the disk half way to the new set (the next open finishes
+	// it) while the old list serves on: nothing may be deleted by name meanwhile.
+	p.swapPending.Store(true)
 	deleted := 0
 	for i, c := range out {
 		for _, ext := range cleanedExts {
@@ -1146,6 +1149,7 @@ func (p *Partition) swapCleaned(out []*cleaned, droppedAborts map[int64]bool) er
 	// Publish the new list; the old files close after mu (segMu is never taken under mu).
 	next := withCleaned(cur, out)
 	p.segs.Store(&next)
+	p.swapPending.Store(false)
 	p.dropAbortsLocked(droppedAborts)
 	crashed := crash("before-marker-removal")
 	if !crashed {

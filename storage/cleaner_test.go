@@ -1244,3 +1244,80 @@ func TestCleanerKeepsCommitMarkerOfRetainedEmptyBatch(t *testing.T) {
 		t.Fatalf("after a replay over the cleaned range: LSO %d, HWM %d (was %d)", lso, p.HighWatermark(), hwm)
 	}
 }
+
+// TestCleanerSwapFailureAfterMarkerKeepsFilesForRecovery: a swap that fails after its marker
+// (a merged source that cannot be deleted) leaves the disk half way to the new set, which the
+// next open finishes, while the partition serves on from the old list. The first source's
+// name then holds its whole group: retention removing that (old) first segment by name must
+// not delete the group file, or the next open, finishing the swap, deletes the other sources
+// too and loses records retention never expired.
+func TestCleanerSwapFailureAfterMarkerKeepsFilesForRecovery(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, withoutWAL)
+	const retentionMs = 1_000_000
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact,delete", "segment.bytes": "1024",
+		"retention.ms": fmt.Sprint(retentionMs), "min.cleanable.dirty.ratio": "0.01",
+		"delete.retention.ms": fmt.Sprint(cleanerTestTopicDeleteRetention)})
+	ts0 := cleanerT0.UnixMilli() - 100_000
+	// Mostly overwrites (the clean empties segments, so groups merge several), and every
+	// tenth record a key of its own that survives the clean wherever it is.
+	for i := 0; i < 400; i++ {
+		k := fmt.Sprintf("k%d", i%40)
+		if i%10 == 0 {
+			k = fmt.Sprintf("u%d", i)
+		}
+		mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, ts0+int64(i), []kv{{k, []byte(fmt.Sprintf("value-%06d", i))}}), 0)
+	}
+	segs := *p.segs.Load()
+	if len(segs) < 4 {
+		t.Fatalf("only %d segments", len(segs))
+	}
+	_, firstMaxTs, _ := segs[0].stats()
+	// A merged source whose file cannot be deleted: every closed segment but the first gets
+	// a non-empty directory as its .txnindex once the clean has written its groups.
+	var blocked []string
+	cleanerCrashAt = func(at string) bool {
+		if at == "before-marker" {
+			for _, sg := range segs[1 : len(segs)-1] {
+				path := sg.path(".txnindex")
+				_ = os.Remove(path)
+				if err := os.MkdirAll(filepath.Join(path, "x"), 0o755); err != nil {
+					t.Error(err)
+				}
+				blocked = append(blocked, path)
+			}
+		}
+		return false
+	}
+	err := s.RunCleaner(cleanerT0)
+	cleanerCrashAt = nil
+	if err == nil {
+		t.Fatal("the swap did not fail")
+	}
+	if _, err := os.Stat(filepath.Join(p.dir, cleanerSwapName)); err != nil {
+		t.Fatalf("no swap marker after the failure: %v", err)
+	}
+	// Retention expires the old first segment only; what the partition serves after that is
+	// what the reopen must give.
+	s.RunRetention(time.UnixMilli(firstMaxTs + retentionMs + 1))
+	if p.LogStartOffset() != segs[1].base {
+		t.Fatalf("retention moved the log start to %d, want %d", p.LogStartOffset(), segs[1].base)
+	}
+	want, _, _ := committedView(t, p, 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range blocked {
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = openStore(t, dir, withoutWAL)
+	defer s.Close()
+	rp := s.Topic("t").Partition(0)
+	if rp.LogStartOffset() != segs[1].base {
+		t.Fatalf("log start %d after the reopen, was %d", rp.LogStartOffset(), segs[1].base)
+	}
+	got, _, _ := committedView(t, rp, 0)
+	sameLive(t, "after the reopen that finished the swap", got, want)
+}

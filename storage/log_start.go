@@ -226,6 +226,16 @@ func (p *Partition) removeSegmentsLocked(segs []*segment, drop int) {
 		_ = s.f.Close()
 	}
 	p.segMu.Unlock()
+	if p.swapPending.Load() {
+		// A failed cleaner swap (cleaner.go): these names may hold a group the next open
+		// installs, with offsets beyond the removed segments. The files stay; the log start
+		// is checkpointed so that the reopen does not move it back over what they hold.
+		if _, err := p.checkpointLogStart(); err != nil {
+			p.log.Warn("cannot checkpoint the log start", zap.Error(err))
+		}
+		p.log.Warn("a cleaner swap is pending until the next open; the removed segments' files stay", zap.Int("segments", drop))
+		return
+	}
 	for _, s := range segs[:drop] {
 		exts := []string{".log", ".index", ".timeindex", ".txnindex"}
 		if s.epoch >= 0 {

@@ -177,7 +177,11 @@ type Partition struct {
 	// offset, persisted in cleaner.checkpoint); cleanerOffline is set by a cleaner error.
 	cleanedTo      atomic.Int64
 	cleanerOffline atomic.Bool
-	cleanMu        sync.Mutex // held by the clean in progress (never with mu held on entry)
+	// swapPending: a swap failed after writing its marker (cleaner.go). The names of the
+	// listed segments may then hold their group's new file, which the next open completes,
+	// so retention and DeleteRecords delete no file by name until then (they close them).
+	swapPending atomic.Bool
+	cleanMu     sync.Mutex // held by the clean in progress (never with mu held on entry)
 	// Cluster mode (cleaner_cluster.go): cleanWinner is the clean manifest whose files the
 	// segment list holds below its cleanEnd (guarded by mu); cleanSeq the last clean sequence
 	// used at this epoch (guarded by cleanMu); cleanView the takeover's view, kept only until
