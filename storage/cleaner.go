@@ -1106,13 +1106,14 @@ func (p *Partition) swapCleaned(out []*cleaned, droppedAborts map[int64]bool) er
 		p.mu.Unlock()
 		return errCrashInjected
 	}
+	// From here on a failure leaves the disk half way to the new set (the next open finishes
+	// it) while the old list serves on: nothing may be deleted by name meanwhile. Set before
+	// the marker write: one that fails may still have left the marker in place.
+	p.swapPending.Store(true)
 	if err := WriteFileAtomic(p.dir, cleanerSwapName, encodeSwapMarker(out)); err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("cannot write swap marker: %w", err)
 	}
-	// From here on a failure leaves the disk half way to the new set (the next open finishes
-	// it) while the old list serves on: nothing may be deleted by name meanwhile.
-	p.swapPending.Store(true)
 	deleted := 0
 	for i, c := range out {
 		for _, ext := range cleanedExts {
