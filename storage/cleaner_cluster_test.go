@@ -1074,3 +1074,68 @@ func checkSegmentsDisjoint(t *testing.T, what string, p *Partition) {
 		}
 	}
 }
+
+// TestReleaseWaitsForRetentionFileWork: retention that dropped segments (cleaned ones among
+// them) from the list just before a release goes on writing the log start checkpoint and
+// deleting their files after it let go of the append mutex. Release must wait for that: once
+// it returns, the successor lists the directory, and a checkpoint or a deletion landing after
+// that changes a view already taken (files it opened vanish; cluster.md: nothing of this
+// epoch writes after the release).
+func TestReleaseWaitsForRetentionFileWork(t *testing.T) {
+	dir := t.TempDir()
+	cfs := crashfs.New()
+	a := openClusterStore(t, dir, 1, "a1", hostFS{cfs.Host("a")})
+	defer a.Close()
+	cfgs := compactConfigs()
+	cfgs["cleanup.policy"] = "compact,delete"
+	cfgs["retention.ms"] = "1000"
+	if err := a.AlterTopicConfig("t", ptrMap(cfgs)); err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := takeOver(t, a, 1, Handover{})
+	runCompactWorkloadPIDs(t, pa, 51, 300, 0)
+	if err := a.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	paused, resume := make(chan struct{}), make(chan struct{})
+	retentionRemoveHook = func(p *Partition) {
+		if p == pa {
+			close(paused)
+			<-resume
+		}
+	}
+	defer func() { retentionRemoveHook = nil }()
+	retDone := make(chan struct{})
+	go func() {
+		pa.retain(time.UnixMilli(1000 + 150 + 1000)) // as TestClusterCleanerRetentionRemovesCleanedPrefix
+		close(retDone)
+	}()
+	<-paused
+	dropped := (*pa.segs.Load())[0].base // the first kept one
+	relDone := make(chan error, 1)
+	go func() {
+		_, err := a.Release("t", 0)
+		relDone <- err
+	}()
+	eventually(t, "the release closes the partition", func() bool { return !pa.Loaded() })
+	// Release must stay blocked while the retention's file work is pending; a bounded wait is
+	// the only way to see that (it returns as soon as the retention goes on below).
+	select {
+	case err := <-relDone:
+		close(resume)
+		t.Fatalf("Release returned (%v) while retention had files of this epoch still to delete", err)
+	case <-time.After(time.Second):
+	}
+	close(resume)
+	if err := <-relDone; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-retDone:
+	default:
+		t.Fatal("Release returned before the retention pass ended")
+	}
+	if got := readLogStartFloor(pa.dir); got != dropped {
+		t.Fatalf("log start checkpoint %d after the release, want %d", got, dropped)
+	}
+}

@@ -1032,9 +1032,11 @@ func (s *Store) Release(topic string, part int32) (ReleaseRecord, error) {
 	// A clean in flight either committed its manifest before the release closed the partition
 	// or commits nothing; wait for it to finish (its reads stop at shutdown, its deletions run
 	// to the end) so that nothing of this epoch writes after Release returns.
-	// Lock order: Topic.mu → Partition.cleanMu.
+	// Lock order: Topic.mu → Partition.cleanMu. Likewise retention and DeleteRecords that
+	// removed segments before the close finish their checkpoint and deletions (fileOps).
 	p.cleanMu.Lock()
 	p.cleanMu.Unlock()
+	p.fileOps.Wait()
 	if err != nil {
 		return ReleaseRecord{}, err
 	}

@@ -181,7 +181,11 @@ type Partition struct {
 	// listed segments may then hold their group's new file, which the next open completes,
 	// so retention and DeleteRecords delete no file by name until then (they close them).
 	swapPending atomic.Bool
-	cleanMu     sync.Mutex // held by the clean in progress (never with mu held on entry)
+	// fileOps counts retention and DeleteRecords work that goes on writing the log start
+	// checkpoint and deleting segment files after it released mu (log_start.go); it is added
+	// to under mu while the partition is open, so a Wait after the shutdown sees all of it.
+	fileOps sync.WaitGroup
+	cleanMu sync.Mutex // held by the clean in progress (never with mu held on entry)
 	// Cluster mode (cleaner_cluster.go): cleanWinner is the clean manifest whose files the
 	// segment list holds below its cleanEnd (guarded by mu); cleanSeq the last clean sequence
 	// used at this epoch (guarded by cleanMu); cleanView the takeover's view, kept only until

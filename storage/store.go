@@ -426,6 +426,7 @@ func (s *Store) dropTopic(name string, clean bool) (*Topic, error) {
 	for _, p := range *t.parts.Load() {
 		p.cleanMu.Lock()
 		p.cleanMu.Unlock()
+		p.fileOps.Wait() // retention and DeleteRecords, likewise (log_start.go)
 	}
 	return t, nil
 }
