@@ -64,7 +64,8 @@ type offsetRange struct{ from, to int64 } // [from, to)
 //
 //	Partition.startMu (log start checkpoint, log_start.go) → Partition.mu
 //	Partition.cleanMu (the clean in progress, cleaner.go) → Partition.mu
-//	Topic.mu → Partition.cleanMu (Release and the topic deletions wait for a clean, cleaner.go)
+//	Topic.mu → Partition.cleanMu (Release and the topic deletions wait for a clean, cleaner.go,
+//	           then for fileOps: retention and DeleteRecords file work, log_start.go)
 //	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
 //	                          Store.pids.mu, Store.fences.mu, wal.mu
 //	fireMu → wmu
