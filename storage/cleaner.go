@@ -42,8 +42,8 @@ import (
 //     cleanerStageBytes) until its cleaned size is known, so segments a clean empties merge
 //     into their neighbour in that same clean (see groupFits).
 //     A record survives if no later offset of its key is in the map. Records of aborted
-//     transactions go. A tombstone, or a COMMIT/ABORT marker whose transaction has no record
-//     left, stays until delete.retention.ms after the clean that first saw it (KIP-534: that
+//     transactions go. A tombstone, or a COMMIT/ABORT marker whose transaction has no batch
+//     left (an emptied batch kept as its producer's last counts), stays until delete.retention.ms after the clean that first saw it (KIP-534: that
 //     clean stamps a delete horizon into the batch, so the rule survives restarts); a later
 //     clean removes it.
 //     An ABORT marker whose records this clean removed is kept (and its aborted-index entry
@@ -589,25 +589,26 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 	segs := plan.segs
 	logStart := p.logStart.Load()
 	// Cluster mode (cleaner_cluster.go): new names of this epoch and clean sequence, committed
-	// by a manifest instead of the rename swap. The clean also stops when the partition shuts
-	// down (Release waits for it).
+	// by a manifest instead of the rename swap.
 	cluster := p.nameEpoch >= 0
 	var seq int64
 	if cluster {
 		p.cleanSeq++
 		seq = p.cleanSeq
-		merged, done := make(chan struct{}), make(chan struct{})
-		defer close(done)
-		go func(outer <-chan struct{}) {
-			select {
-			case <-outer:
-			case <-p.stop:
-			case <-done:
-			}
-			close(merged)
-		}(stop)
-		stop = merged
 	}
+	// The clean also stops when the partition shuts down (Release and the topic deletions wait
+	// for it, holding Topic.mu).
+	merged, done := make(chan struct{}), make(chan struct{})
+	defer close(done)
+	go func(outer <-chan struct{}) {
+		select {
+		case <-outer:
+		case <-p.stop:
+		case <-done:
+		}
+		close(merged)
+	}(stop)
+	stop = merged
 
 	p.txn.mu.Lock()
 	aborted := p.txn.abortedRange(logStart, math.MaxInt64)
@@ -872,17 +873,22 @@ func (p *Partition) clean(now time.Time, budget int64, lim *ioLimiter, stop <-ch
 			}); err != nil {
 				return err
 			}
-			if kept > 0 && b.IsTransactional() {
-				tracks[pid].retained = true
-			}
 			stamp := int64(-1)
 			if tombs && !hasHz {
 				stamp = horizon
 			}
+			dropped := (changed || stamp >= 0) && kept == 0 && !last
+			if b.IsTransactional() && !dropped {
+				// The batch stays, with records or empty as its producer's last: so does its
+				// transaction's marker (Apache keeps the marker of a transaction it still
+				// traverses a batch of). A replay of the producer state over this range would
+				// otherwise open the transaction and never close it (the LSO stuck below it).
+				tracks[pid].retained = true
+			}
 			if !changed && stamp < 0 {
 				return emit(b)
 			}
-			if kept == 0 && !last {
+			if dropped {
 				return nil
 			}
 			if stamp >= 0 {
@@ -1100,6 +1106,10 @@ func (p *Partition) swapCleaned(out []*cleaned, droppedAborts map[int64]bool) er
 		p.mu.Unlock()
 		return errCrashInjected
 	}
+	// From here on a failure leaves the disk half way to the new set (the next open finishes
+	// it) while the old list serves on: nothing may be deleted by name meanwhile. Set before
+	// the marker write: one that fails may still have left the marker in place.
+	p.swapPending.Store(true)
 	if err := WriteFileAtomic(p.dir, cleanerSwapName, encodeSwapMarker(out)); err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("cannot write swap marker: %w", err)
@@ -1140,6 +1150,7 @@ func (p *Partition) swapCleaned(out []*cleaned, droppedAborts map[int64]bool) er
 	// Publish the new list; the old files close after mu (segMu is never taken under mu).
 	next := withCleaned(cur, out)
 	p.segs.Store(&next)
+	p.swapPending.Store(false)
 	p.dropAbortsLocked(droppedAborts)
 	crashed := crash("before-marker-removal")
 	if !crashed {
@@ -1213,9 +1224,10 @@ func removeSourceFiles(dir, stem string) error {
 	return nil
 }
 
-// recoverCleanerSwap finishes or rolls back a swap a crash interrupted (recoverLog, before the
-// segment files are listed): with the marker, every .cleaned file it names replaces its old
-// file; without it, .cleaned files are leftovers of a clean that never reached its swap.
+// recoverCleanerSwap finishes or rolls back a swap a crash interrupted (recoverLog, and a
+// cluster-mode takeover of a directory a single broker left, before the segment files are
+// listed): with the marker, every .cleaned file it names replaces its old file; without it,
+// .cleaned files are leftovers of a clean that never reached its swap.
 func recoverCleanerSwap(dir string, log *zap.Logger) error {
 	marker := filepath.Join(dir, cleanerSwapName)
 	buf, err := os.ReadFile(marker)
@@ -1256,10 +1268,15 @@ func recoverCleanerSwap(dir string, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	changed := found
 	for _, e := range ents {
 		if strings.HasSuffix(e.Name(), cleanedSuffix) {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
+			changed = true
 		}
+	}
+	if !changed {
+		return nil // nothing to undo (every open and takeover passes here)
 	}
 	if found {
 		_ = os.Remove(marker)

@@ -1000,3 +1000,148 @@ func TestClusterCompactedTopicWithSmallSegmentsStaysBounded(t *testing.T) {
 		t.Fatalf("epoch 4 took over %d segments", n)
 	}
 }
+
+// TestTakeOverFinishesSingleBrokerCleanerSwap: a single broker that crashed in the middle of a
+// swap (marker written, some groups renamed, others not) leaves a mix of old and new segment
+// files that only its own recovery (recoverCleanerSwap) makes whole. A takeover of that
+// directory in cluster mode finishes the swap first, as the single broker's next open would:
+// the marker is only ever written by a single broker, gone once the cluster owns the volume.
+// Without that the loader reads a cleaned .log with its old .index (or its merged sources' old
+// files), a mix of the two sets.
+func TestTakeOverFinishesSingleBrokerCleanerSwap(t *testing.T) {
+	for _, step := range []string{"before-marker", "mid-rename", "mid-delete", "before-marker-removal"} {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir, withoutWAL)
+			if _, err := s.EnsureTopic("t", clusterTopicID, 1, compactConfigs()); err != nil {
+				t.Fatal(err)
+			}
+			p := s.Topic("t").Partition(0)
+			m := runCompactWorkload(t, p, 42, 300)
+			pdir := p.dir
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openStore(t, dir, withoutWAL)
+			cleanerCrashAt = func(at string) bool { return at == step }
+			err := s.RunCleaner(cleanerT0)
+			cleanerCrashAt = nil
+			if !errors.Is(err, errCrashInjected) {
+				t.Fatalf("clean: %v, want the injected crash", err)
+			}
+			crash(s)
+			c := openClusterStore(t, dir, 1, "c1", nil)
+			defer c.Close()
+			pc, _ := takeOver(t, c, 1, Handover{})
+			checkSegmentsDisjoint(t, "after the takeover", pc)
+			sameLive(t, "after the takeover", mustView(t, pc), m.latest)
+			ents, _ := os.ReadDir(pdir)
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), cleanedSuffix) || e.Name() == cleanerSwapName {
+					t.Fatalf("%s left behind by the takeover", e.Name())
+				}
+			}
+			if err := c.RunCleaner(cleanerT0); err != nil {
+				t.Fatal(err)
+			}
+			sameLive(t, "after a cluster clean", mustView(t, pc), m.latest)
+		})
+	}
+}
+
+// checkSegmentsDisjoint: every segment of p's list holds only batches within [base, next), and
+// each ends at or below the next one's base (no offset is held twice).
+func checkSegmentsDisjoint(t *testing.T, what string, p *Partition) {
+	t.Helper()
+	segs := *p.segs.Load()
+	for i, sg := range segs {
+		next, _, _ := sg.stats()
+		if i+1 < len(segs) && next > segs[i+1].base {
+			t.Fatalf("%s: segment %s ends at %d, past the next one's base %d", what, sg.name(".log"), next, segs[i+1].base)
+		}
+		r := batchReader{f: sg.f, end: sg.size.Load()}
+		for {
+			b, status, err := r.next(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != batchOK {
+				break
+			}
+			if b.BaseOffset() < sg.base || b.LastOffset() >= next {
+				t.Fatalf("%s: segment %s [%d, %d) holds batch [%d, %d]", what, sg.name(".log"), sg.base, next, b.BaseOffset(), b.LastOffset())
+			}
+		}
+	}
+}
+
+// TestReleaseWaitsForRetentionFileWork: retention that dropped segments (cleaned ones among
+// them) from the list just before a release goes on writing the log start checkpoint and
+// deleting their files after it let go of the append mutex. Release must wait for that: once
+// it returns, the successor lists the directory, and a checkpoint or a deletion landing after
+// that changes a view already taken (files it opened vanish; cluster.md: nothing of this
+// epoch writes after the release).
+func TestReleaseWaitsForRetentionFileWork(t *testing.T) {
+	dir := t.TempDir()
+	cfs := crashfs.New()
+	a := openClusterStore(t, dir, 1, "a1", hostFS{cfs.Host("a")})
+	defer a.Close()
+	cfgs := compactConfigs()
+	cfgs["cleanup.policy"] = "compact,delete"
+	cfgs["retention.ms"] = "1000"
+	if err := a.AlterTopicConfig("t", ptrMap(cfgs)); err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := takeOver(t, a, 1, Handover{})
+	runCompactWorkloadPIDs(t, pa, 51, 300, 0)
+	if err := a.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	paused, resume := make(chan struct{}), make(chan struct{})
+	retentionRemoveHook = func(p *Partition) {
+		if p == pa {
+			close(paused)
+			<-resume
+		}
+	}
+	defer func() { retentionRemoveHook = nil }()
+	before := *pa.segs.Load()
+	retDone := make(chan struct{})
+	go func() {
+		pa.retain(time.UnixMilli(1000 + 150 + 1000)) // as TestClusterCleanerRetentionRemovesCleanedPrefix
+		close(retDone)
+	}()
+	<-paused
+	dropped := (*pa.segs.Load())[0].base // the first kept one
+	relDone := make(chan error, 1)
+	go func() {
+		_, err := a.Release("t", 0)
+		relDone <- err
+	}()
+	eventually(t, "the release closes the partition", func() bool { return !pa.Loaded() })
+	// Release must stay blocked while the retention's file work is pending; a bounded wait is
+	// the only way to see that (it returns as soon as the retention goes on below).
+	select {
+	case err := <-relDone:
+		close(resume)
+		t.Fatalf("Release returned (%v) while retention had files of this epoch still to delete", err)
+	case <-time.After(time.Second):
+	}
+	close(resume)
+	if err := <-relDone; err != nil {
+		t.Fatal(err)
+	}
+	// Everything the retention had to do on the volume is done when Release returns.
+	if got := readLogStartFloor(pa.dir); got != dropped {
+		t.Fatalf("log start checkpoint %d after the release, want %d", got, dropped)
+	}
+	for _, sg := range before {
+		if sg.base >= dropped {
+			break
+		}
+		if _, err := os.Stat(sg.path(".log")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s removed by retention is still on the volume after the release (%v)", sg.name(".log"), err)
+		}
+	}
+	<-retDone
+}

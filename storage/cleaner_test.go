@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -1123,4 +1124,196 @@ func TestCleanerRacingRetentionStaysOnline(t *testing.T) {
 	if err := s.RunCleaner(cleanerT0); err != nil || p.FirstDirtyOffset() == 0 {
 		t.Fatalf("clean after retention: %v, cleaned to %d", err, p.FirstDirtyOffset())
 	}
+}
+
+// TestDeleteTopicWaitsForItsClean: a clean in flight when its topic is deleted is finished
+// (abandoned) before DeleteTopic returns, as Release waits for one. Otherwise the clean goes on
+// creating and deleting files by its partition's path after the directory was parked, i.e. in
+// whatever holds that path next (a re-created topic of the same name, whose segment and
+// .cleaned names are the same ones).
+func TestDeleteTopicWaitsForItsClean(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	defer s.Close()
+	p := compactTopic(t, s)
+	fillKeys(t, p, 400, 40, cleanerT0.UnixMilli()-1000)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	cleanerStepHook = func(hp *Partition) {
+		if hp == p {
+			close(paused)
+			<-resume
+		}
+	}
+	defer func() { cleanerStepHook = nil }()
+	cleanDone := make(chan error, 1)
+	go func() { cleanDone <- s.RunCleaner(cleanerT0) }()
+	<-paused
+	delDone := make(chan error, 1)
+	go func() { delDone <- s.DeleteTopic("t") }()
+	eventually(t, "the deletion closes the partition", func() bool { return !p.Loaded() })
+	// The deletion must not get past the clean: a bounded wait is the only way to see that it
+	// stays blocked (it returns as soon as the clean ends below).
+	select {
+	case err := <-delDone:
+		close(resume)
+		t.Fatalf("DeleteTopic returned (%v) while a clean of its partition was still running", err)
+	case <-time.After(time.Second):
+	}
+	close(resume)
+	if err := <-delDone; err != nil {
+		t.Fatal(err)
+	}
+	// The clean's file work is over when DeleteTopic returns: nothing of it is left anywhere.
+	if err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, cleanedSuffix) {
+			t.Errorf("%s left behind by a clean racing the deletion", path)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cleanDone; err != nil {
+		t.Fatalf("clean racing the deletion: %v (want it abandoned, not failed)", err)
+	}
+	if p.CleaningOffline() {
+		t.Fatal("a clean abandoned by the deletion took cleaning offline")
+	}
+}
+
+// TestCleanerKeepsCommitMarkerOfRetainedEmptyBatch: a committed transaction whose records were
+// all compacted away but whose batch stays, empty, as its producer's last (for the sequence
+// checks) keeps its COMMIT marker, as Apache keeps the marker of a transaction it still
+// traverses a batch of. Without the marker, a replay of the producer state over the cleaned
+// range (a .txnindex that did not load makes recovery replay from the log start) finds a
+// transactional batch with no end: the transaction stays open and the LSO stays below it
+// forever.
+func TestCleanerKeepsCommitMarkerOfRetainedEmptyBatch(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, withoutWAL)
+	p := compactTopic(t, s)
+	const pid = 100
+	// The producer's only transaction: k0 committed, then overwritten by a plain producer.
+	g, _ := p.VerificationGuard(pid, 0)
+	r := p.AppendTxn(makeKeyed(t, pid, 0, 0, true, 1000, []kv{{"k0", []byte("in-txn")}}), 0, g)
+	if r.Code != codec.CodeNone {
+		t.Fatalf("txn append: code %d", r.Code)
+	}
+	txnBatch := r.BaseOffset
+	mustMarker(t, p, pid, 0, true, 0)
+	fillKeys(t, p, 300, 20, 2000) // k0 among them: the transaction's record is superseded
+	if err := s.RunCleaner(cleanerT0); err != nil {
+		t.Fatal(err)
+	}
+	// Past the delete horizon the first clean stamped: a marker without records goes now.
+	if err := s.RunCleaner(cleanerT0.Add(2 * cleanerTestTopicDeleteRetention * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	var sawBatch, sawMarker bool
+	for _, b := range readAll(t, p, p.LogStartOffset()) {
+		if b.ProducerID() != pid {
+			continue
+		}
+		if b.IsControl() {
+			sawMarker = true
+		} else if b.BaseOffset() == txnBatch {
+			sawBatch = true
+		}
+	}
+	if !sawBatch {
+		t.Fatal("the producer's last batch was removed by the clean")
+	}
+	if !sawMarker {
+		t.Fatalf("the COMMIT marker of the transaction whose (empty) batch at %d stays was removed", txnBatch)
+	}
+	hwm := p.HighWatermark()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A .txnindex that does not load: recovery replays the producer state from the log start.
+	if err := os.Remove(filepath.Join(p.dir, epochFileName(0, noEpoch, ".txnindex"))); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, withoutWAL)
+	defer s.Close()
+	p = s.Topic("t").Partition(0)
+	if lso := p.LastStableOffset(); lso != hwm || p.HighWatermark() != hwm {
+		t.Fatalf("after a replay over the cleaned range: LSO %d, HWM %d (was %d)", lso, p.HighWatermark(), hwm)
+	}
+}
+
+// TestCleanerSwapFailureAfterMarkerKeepsFilesForRecovery: a swap that fails after its marker
+// (a merged source that cannot be deleted) leaves the disk half way to the new set, which the
+// next open finishes, while the partition serves on from the old list. The first source's
+// name then holds its whole group: retention removing that (old) first segment by name must
+// not delete the group file, or the next open, finishing the swap, deletes the other sources
+// too and loses records retention never expired.
+func TestCleanerSwapFailureAfterMarkerKeepsFilesForRecovery(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, withoutWAL)
+	const retentionMs = 1_000_000
+	p := newPartition(t, s, map[string]string{"cleanup.policy": "compact,delete", "segment.bytes": "1024",
+		"retention.ms": fmt.Sprint(retentionMs), "min.cleanable.dirty.ratio": "0.01",
+		"delete.retention.ms": fmt.Sprint(cleanerTestTopicDeleteRetention)})
+	ts0 := cleanerT0.UnixMilli() - 100_000
+	// Mostly overwrites (the clean empties segments, so groups merge several), and every
+	// tenth record a key of its own that survives the clean wherever it is.
+	for i := 0; i < 400; i++ {
+		k := fmt.Sprintf("k%d", i%40)
+		if i%10 == 0 {
+			k = fmt.Sprintf("u%d", i)
+		}
+		mustAppend(t, p, makeKeyed(t, -1, 0, 0, false, ts0+int64(i), []kv{{k, []byte(fmt.Sprintf("value-%06d", i))}}), 0)
+	}
+	segs := *p.segs.Load()
+	if len(segs) < 4 {
+		t.Fatalf("only %d segments", len(segs))
+	}
+	_, firstMaxTs, _ := segs[0].stats()
+	// A merged source whose file cannot be deleted: every closed segment but the first gets
+	// a non-empty directory as its .txnindex once the clean has written its groups.
+	var blocked []string
+	cleanerCrashAt = func(at string) bool {
+		if at == "before-marker" {
+			for _, sg := range segs[1 : len(segs)-1] {
+				path := sg.path(".txnindex")
+				_ = os.Remove(path)
+				if err := os.MkdirAll(filepath.Join(path, "x"), 0o755); err != nil {
+					t.Error(err)
+				}
+				blocked = append(blocked, path)
+			}
+		}
+		return false
+	}
+	err := s.RunCleaner(cleanerT0)
+	cleanerCrashAt = nil
+	if err == nil {
+		t.Fatal("the swap did not fail")
+	}
+	if _, err := os.Stat(filepath.Join(p.dir, cleanerSwapName)); err != nil {
+		t.Fatalf("no swap marker after the failure: %v", err)
+	}
+	// Retention expires the old first segment only; what the partition serves after that is
+	// what the reopen must give.
+	s.RunRetention(time.UnixMilli(firstMaxTs + retentionMs + 1))
+	if p.LogStartOffset() != segs[1].base {
+		t.Fatalf("retention moved the log start to %d, want %d", p.LogStartOffset(), segs[1].base)
+	}
+	want, _, _ := committedView(t, p, 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range blocked {
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = openStore(t, dir, withoutWAL)
+	defer s.Close()
+	rp := s.Topic("t").Partition(0)
+	if rp.LogStartOffset() != segs[1].base {
+		t.Fatalf("log start %d after the reopen, was %d", rp.LogStartOffset(), segs[1].base)
+	}
+	got, _, _ := committedView(t, rp, 0)
+	sameLive(t, "after the reopen that finished the swap", got, want)
 }

@@ -647,6 +647,15 @@ func (s *Store) openTakeover(t *Topic, id int32, dir string, epoch int32, h Hand
 // recoverTakeover is recoverLog for a partition written by other epochs (see the top of this
 // file). Nothing is written to another epoch's file.
 func (p *Partition) recoverTakeover(epoch int32, h Handover, st *TakeoverStats) error {
+	// A single broker that crashed in the middle of a cleaner swap (cleaner.go) left a marker
+	// and a mix of old and new files that only its own next open would make whole; finish
+	// that first, as it would have. This is the one place a successor renames and deletes
+	// another epoch's files: the marker and the *.cleaned files are only ever written by a
+	// single broker (epoch 0), which no longer runs once the cluster owns the volume, and a
+	// cluster-mode clean commits with a manifest instead (cleaner_cluster.go).
+	if err := recoverCleanerSwap(p.dir, p.log); err != nil {
+		return err
+	}
 	v, err := readPartitionView(p.dir, epoch)
 	if err != nil {
 		return err
@@ -1023,9 +1032,11 @@ func (s *Store) Release(topic string, part int32) (ReleaseRecord, error) {
 	// A clean in flight either committed its manifest before the release closed the partition
 	// or commits nothing; wait for it to finish (its reads stop at shutdown, its deletions run
 	// to the end) so that nothing of this epoch writes after Release returns.
-	// Lock order: Topic.mu → Partition.cleanMu.
+	// Lock order: Topic.mu → Partition.cleanMu. Likewise retention and DeleteRecords that
+	// removed segments before the close finish their checkpoint and deletions (fileOps).
 	p.cleanMu.Lock()
 	p.cleanMu.Unlock()
+	p.fileOps.Wait()
 	if err != nil {
 		return ReleaseRecord{}, err
 	}

@@ -136,16 +136,19 @@ func (p *Partition) DeleteRecords(offset int64, done func(lowWatermark int64, co
 		p.logStart.Store(offset)
 		p.txn.trimBelow(offset)
 	}
+	p.fileOps.Add(1)
 	p.mu.Unlock()
 	go func() {
 		ls, err := p.checkpointLogStart()
 		if err != nil {
+			p.fileOps.Done()
 			mDeleteRecordsErrors.Inc()
 			p.log.Error("cannot checkpoint log start offset", zap.Error(err))
 			done(-1, codec.CodeKafkaStorageError)
 			return
 		}
 		p.dropSegmentsBelowStart()
+		p.fileOps.Done()
 		done(ls, codec.CodeNone)
 	}()
 }
@@ -190,6 +193,10 @@ func (p *Partition) dropSegmentsBelowStart() {
 	}
 }
 
+// retentionRemoveHook lets tests act between the list update of removeSegmentsLocked and its
+// file work. nil in production.
+var retentionRemoveHook func(p *Partition)
+
 // removeSegmentsLocked drops segs[:drop] from the list (under mu, which it releases), then closes
 // and deletes their files. The log start becomes the first kept segment's base unless it is
 // already past it (DeleteRecords).
@@ -198,6 +205,10 @@ func (p *Partition) removeSegmentsLocked(segs []*segment, drop int) {
 		p.mu.Unlock()
 		return
 	}
+	// Release and the topic deletions wait for the writes and deletions below (fileOps): in
+	// cluster mode none of them may land once the successor lists the directory.
+	p.fileOps.Add(1)
+	defer p.fileOps.Done()
 	keep := append([]*segment(nil), segs[drop:]...)
 	p.segs.Store(&keep)
 	if keep[0].base > p.logStart.Load() {
@@ -205,6 +216,9 @@ func (p *Partition) removeSegmentsLocked(segs []*segment, drop int) {
 	}
 	p.txn.trimBelow(p.logStart.Load())
 	p.mu.Unlock()
+	if retentionRemoveHook != nil {
+		retentionRemoveHook(p)
+	}
 
 	if p.nameEpoch >= 0 && slices.ContainsFunc(segs[:drop], func(s *segment) bool { return s.stem != "" }) {
 		// Cluster mode: a loader takes a clean manifest whose files are missing only if they are
@@ -226,6 +240,16 @@ func (p *Partition) removeSegmentsLocked(segs []*segment, drop int) {
 		_ = s.f.Close()
 	}
 	p.segMu.Unlock()
+	if p.swapPending.Load() {
+		// A failed cleaner swap (cleaner.go): these names may hold a group the next open
+		// installs, with offsets beyond the removed segments. The files stay; the log start
+		// is checkpointed so that the reopen does not move it back over what they hold.
+		if _, err := p.checkpointLogStart(); err != nil {
+			p.log.Warn("cannot checkpoint the log start", zap.Error(err))
+		}
+		p.log.Warn("a cleaner swap is pending until the next open; the removed segments' files stay", zap.Int("segments", drop))
+		return
+	}
 	for _, s := range segs[:drop] {
 		exts := []string{".log", ".index", ".timeindex", ".txnindex"}
 		if s.epoch >= 0 {

@@ -64,7 +64,8 @@ type offsetRange struct{ from, to int64 } // [from, to)
 //
 //	Partition.startMu (log start checkpoint, log_start.go) → Partition.mu
 //	Partition.cleanMu (the clean in progress, cleaner.go) → Partition.mu
-//	Topic.mu → Partition.cleanMu (Release waits for a cluster-mode clean, cleaner_cluster.go)
+//	Topic.mu → Partition.cleanMu (Release and the topic deletions wait for a clean, cleaner.go,
+//	           then for fileOps: retention and DeleteRecords file work, log_start.go)
 //	Topic.mu → Partition.mu → segment.zmu, segment.mu, txnIndex.mu, wmu, epochMu,
 //	                          Store.pids.mu, Store.fences.mu, wal.mu
 //	fireMu → wmu
@@ -177,7 +178,15 @@ type Partition struct {
 	// offset, persisted in cleaner.checkpoint); cleanerOffline is set by a cleaner error.
 	cleanedTo      atomic.Int64
 	cleanerOffline atomic.Bool
-	cleanMu        sync.Mutex // held by the clean in progress (never with mu held on entry)
+	// swapPending: a swap failed after writing its marker (cleaner.go). The names of the
+	// listed segments may then hold their group's new file, which the next open completes,
+	// so retention and DeleteRecords delete no file by name until then (they close them).
+	swapPending atomic.Bool
+	// fileOps counts retention and DeleteRecords work that goes on writing the log start
+	// checkpoint and deleting segment files after it released mu (log_start.go); it is added
+	// to under mu while the partition is open, so a Wait after the shutdown sees all of it.
+	fileOps sync.WaitGroup
+	cleanMu sync.Mutex // held by the clean in progress (never with mu held on entry)
 	// Cluster mode (cleaner_cluster.go): cleanWinner is the clean manifest whose files the
 	// segment list holds below its cleanEnd (guarded by mu); cleanSeq the last clean sequence
 	// used at this epoch (guarded by cleanMu); cleanView the takeover's view, kept only until

@@ -419,6 +419,15 @@ func (s *Store) dropTopic(name string, clean bool) (*Topic, error) {
 	for _, p := range *t.parts.Load() {
 		_ = p.shutdown(clean)
 	}
+	// A clean in flight stops at the shutdown (its reads end, it commits nothing); wait for it
+	// as Release does, so that it creates or deletes nothing by the partition's path once the
+	// directory is parked or left to another broker (the path may then hold a re-created topic
+	// of the same name, with the same file names). Lock order: Topic.mu → Partition.cleanMu.
+	for _, p := range *t.parts.Load() {
+		p.cleanMu.Lock()
+		p.cleanMu.Unlock()
+		p.fileOps.Wait() // retention and DeleteRecords, likewise (log_start.go)
+	}
 	return t, nil
 }
 
