@@ -486,17 +486,7 @@ func TestClusterCleanerZombieCommitsAfterSuccessor(t *testing.T) {
 			ch := buildCleanChain(t, 100)
 			pc := ch.p
 			sources := segBases(pc)
-			paused, resume := make(chan struct{}), make(chan struct{})
-			cleanerStepHook = func(p *Partition) {
-				if p == pc {
-					close(paused)
-					<-resume
-				}
-			}
-			defer func() { cleanerStepHook = nil }()
-			cleanDone := make(chan error, 1)
-			go func() { cleanDone <- ch.s.RunCleaner(cleanerT0) }()
-			<-paused
+			resume, cleanDone := pauseClean(t, ch.s, pc)
 			// c stops (SIGSTOP): it is declared dead, its unsynced writes are lost.
 			ch.cfs.Crash("c")
 			d := openClusterStore(t, ch.dir, 4, "d1", hostFS{ch.cfs.Host("d")})
@@ -578,17 +568,7 @@ func TestClusterCleanerRacingRelease(t *testing.T) {
 	t.Run("during-rewrite", func(t *testing.T) {
 		ch := buildCleanChain(t, 80)
 		pc := ch.p
-		paused, resume := make(chan struct{}), make(chan struct{})
-		cleanerStepHook = func(p *Partition) {
-			if p == pc {
-				close(paused)
-				<-resume
-			}
-		}
-		defer func() { cleanerStepHook = nil }()
-		cleanDone := make(chan error, 1)
-		go func() { cleanDone <- ch.s.RunCleaner(cleanerT0) }()
-		<-paused
+		resume, cleanDone := pauseClean(t, ch.s, pc)
 		type relRes struct {
 			rec ReleaseRecord
 			err error
@@ -1144,4 +1124,24 @@ func TestReleaseWaitsForRetentionFileWork(t *testing.T) {
 		}
 	}
 	<-retDone
+}
+
+// pauseClean runs s.RunCleaner in the background and returns once its clean of p is paused
+// between the key map and the rewrite (cleanerStepHook); closing resume lets it go on, and done
+// then gives RunCleaner's result.
+func pauseClean(t *testing.T, s *Store, p *Partition) (resume chan struct{}, done <-chan error) {
+	t.Helper()
+	paused := make(chan struct{})
+	resume = make(chan struct{})
+	cleanerStepHook = func(q *Partition) {
+		if q == p {
+			close(paused)
+			<-resume
+		}
+	}
+	t.Cleanup(func() { cleanerStepHook = nil })
+	d := make(chan error, 1)
+	go func() { d <- s.RunCleaner(cleanerT0) }()
+	<-paused
+	return resume, d
 }

@@ -340,21 +340,7 @@ func TestCleanerModel(t *testing.T) {
 			if p.LastStableOffset() != lso {
 				t.Fatalf("LSO %d after clean, was %d", p.LastStableOffset(), lso)
 			}
-			tombs := func() int {
-				n := 0
-				for _, b := range readAll(t, p, p.LogStartOffset()) {
-					if b.BaseOffset() >= to || b.IsControl() {
-						continue
-					}
-					_ = walkRecords(b, func(r *rawRecord) error {
-						if r.tombstone {
-							n++
-						}
-						return nil
-					})
-				}
-				return n
-			}
+			tombs := func() int { return tombstonesBelow(t, p, to) }
 			hadTombs := tombs()
 
 			// Within delete.retention.ms nothing more goes; then tombstones go, and markers whose
