@@ -15,6 +15,7 @@ package server
 
 import (
 	"net"
+	"strings"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -107,6 +108,7 @@ func GroupConfig(cfg configs.Config) group.Config {
 			HeartbeatInterval: cfg.ConsumerHeartbeatInterval,
 			MaxSize:           cfg.ConsumerMaxSize,
 			Assignors:         assignors,
+			MigrationPolicy:   strings.ToLower(cfg.ConsumerMigrationPolicy),
 		},
 	}
 }

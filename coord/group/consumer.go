@@ -47,6 +47,9 @@ type ConsumerConfig struct {
 	HeartbeatInterval time.Duration // group.consumer.heartbeat.interval.ms
 	MaxSize           int           // group.consumer.max.size
 	Assignors         []string      // group.consumer.assignors (short names); the first is the default
+	// MigrationPolicy is group.consumer.migration.policy, lower case: disabled, upgrade,
+	// downgrade or bidirectional ("" is bidirectional, Apache's default). See migration.go.
+	MigrationPolicy string
 }
 
 // TopicInfo is one topic as consumer-group subscriptions see it.
