@@ -144,9 +144,11 @@ func (g *group) tryUpgrade(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatResponse
 	cg := newConsumerGroup()
 	cg.epoch, cg.assignmentEpoch = g.generation, g.generation
 	for _, om := range g.sortedMembers() {
-		md, ok := decodeSubscription(om.protocols)
-		if g.protocol != "" {
-			md, ok = decodeSubscription([]protocol{{name: g.protocol, metadata: om.metadataFor(g.protocol)}})
+		// The metadata of the generation's protocol, else the first that reads (a member that
+		// joined a rebalance in progress may not offer it).
+		md, ok := decodeSubscription([]protocol{{name: g.protocol, metadata: om.metadataFor(g.protocol)}})
+		if !ok {
+			md, ok = decodeSubscription(om.protocols)
 		}
 		if !ok {
 			return refuse(codec.CodeGroupIDNotFound, notConsumer+" Member "+om.id+"'s subscription cannot be read.")
@@ -475,6 +477,11 @@ func (g *group) classicJoin(jr *joinReq) {
 		// assignment (KIP-345).
 		old := m
 		epoch := old.epoch
+		if epoch == leaveStaticEpoch {
+			epoch = old.prevEpoch
+		}
+		g.stop(&old.classic.joinTimer)
+		g.stop(&old.classic.syncTimer)
 		m = g.replaceStatic(old, memberID)
 		m.epoch = epoch
 		m.classic = &classicMember{}
