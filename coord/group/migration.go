@@ -153,7 +153,7 @@ func (g *group) tryUpgrade(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatResponse
 		if !ok {
 			return refuse(codec.CodeGroupIDNotFound, notConsumer+" Member "+om.id+"'s subscription cannot be read.")
 		}
-		var held assignment = assignment{}
+		held := assignment{}
 		if len(om.assignment) > 0 {
 			var ma kmsg.ConsumerMemberAssignment
 			if err := ma.ReadFrom(om.assignment); err != nil {
