@@ -134,6 +134,12 @@ func (g *group) tryUpgrade(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatResponse
 		return refuse(codec.CodeGroupIDNotFound, notConsumer+" Online upgrade is disabled.")
 	case g.protocolType != consumerProtocolType:
 		return refuse(codec.CodeGroupIDNotFound, notConsumer+" It does not use the consumer embedded protocol.")
+	case g.static[hr.instanceID] != "" && hr.instanceID != "":
+		// The instance is a live classic member: the joining one would be refused after the
+		// conversion (Apache writes nothing then), so the group is left classic.
+		return cghResp(hr.version, codec.CodeUnreleasedInstanceID, "Static member with instance id "+hr.instanceID+" is not released yet.")
+	case g.members[hr.memberID] != nil:
+		return cghResp(hr.version, codec.CodeUnknownMemberID, "Member "+hr.memberID+" uses the classic protocol.")
 	case len(g.members) >= g.c.cfg.Consumer.MaxSize:
 		mConsumerMaxSize.Inc()
 		return refuse(codec.CodeGroupMaxSizeReached, "Cannot upgrade classic group "+g.id+

@@ -189,3 +189,30 @@ func TestClassicMembersInsideConsumerGroup(t *testing.T) {
 		t.Fatalf("classic rebalance after the downgrade: %+v %+v", ra, rb)
 	}
 }
+
+// TestOnlineUpgradeLeavesGroupClassicWhenJoinIsRefused: a KIP-848 join that would be refused
+// after the conversion (its instance id belongs to a live classic static member) leaves the
+// classic group as it is, as Apache writes nothing for a refused heartbeat.
+func TestOnlineUpgradeLeavesGroupClassicWhenJoinIsRefused(t *testing.T) {
+	ch := newCGHarness(t, TopicInfo{Name: "t", ID: tid(1), Partitions: 2})
+	h := ch.harness
+	jr := h.join("g", "", withInstance("i1"), withMeta(subscriptionMeta(nil, "t")))
+	if jr.ErrorCode != 0 {
+		t.Fatalf("static join: %d", jr.ErrorCode)
+	}
+	if sr := h.sync("g", jr.MemberID, jr.Generation, map[string][]byte{jr.MemberID: assignmentMeta(0, 1)}); sr.ErrorCode != 0 {
+		t.Fatalf("sync: %d", sr.ErrorCode)
+	}
+	req := cgJoinReq("c", "t")
+	inst := "i1"
+	req.InstanceID = &inst
+	if r := ch.hb(req); r.ErrorCode != codec.CodeUnreleasedInstanceID {
+		t.Fatalf("848 join with a live classic member's instance id: %d", r.ErrorCode)
+	}
+	if d := h.describe("g"); d.State != "Stable" || len(d.Members) != 1 {
+		t.Fatalf("the classic group after the refusal: %+v", d)
+	}
+	if c := h.heartbeat("g", jr.MemberID, jr.Generation, "i1"); c != 0 {
+		t.Fatalf("classic heartbeat after the refusal: %d", c)
+	}
+}
