@@ -24,6 +24,11 @@ type ConsumerGroup struct {
 	ConsumerMaxHeartbeatInterval time.Duration
 	ConsumerMaxSize              int    // group.consumer.max.size
 	ConsumerAssignors            string // group.consumer.assignors: comma-separated; the first is the default
+	// ConsumerMigrationPolicy is group.consumer.migration.policy (KIP-848 online migration):
+	// disabled, upgrade (a non-empty classic group converts on a ConsumerGroupHeartbeat),
+	// downgrade (a consumer group whose last consumer-protocol member leaves converts back) or
+	// bidirectional. Case-insensitive, as Apache's.
+	ConsumerMigrationPolicy string
 }
 
 func defaultConsumerGroup() ConsumerGroup {
@@ -36,6 +41,7 @@ func defaultConsumerGroup() ConsumerGroup {
 		ConsumerMaxHeartbeatInterval: 15 * time.Second,
 		ConsumerMaxSize:              math.MaxInt32,
 		ConsumerAssignors:            "uniform,range",
+		ConsumerMigrationPolicy:      "bidirectional",
 	}
 }
 
@@ -49,6 +55,7 @@ func (c *Config) consumerGroupEntries() []entry {
 		{"group.consumer.min.heartbeat.interval.ms", kMillis, &g.ConsumerMinHeartbeatInterval, "lower bound of group.consumer.heartbeat.interval.ms", false},
 		{"group.consumer.max.heartbeat.interval.ms", kMillis, &g.ConsumerMaxHeartbeatInterval, "upper bound of group.consumer.heartbeat.interval.ms", false},
 		{"group.consumer.max.size", kInt, &g.ConsumerMaxSize, "members per KIP-848 consumer group", false},
+		{"group.consumer.migration.policy", kString, &g.ConsumerMigrationPolicy, "KIP-848 online migration of non-empty groups: disabled, upgrade, downgrade or bidirectional", false},
 		{"group.consumer.assignors", kString, &g.ConsumerAssignors, "server-side assignors (uniform, range; Apache's class names are accepted); the first is the default", false},
 	}
 }
@@ -122,6 +129,11 @@ func (c *Config) validateConsumerGroup() []error {
 	}
 	if _, err := g.ConsumerAssignorNames(); err != nil {
 		errs = append(errs, err)
+	}
+	switch strings.ToLower(g.ConsumerMigrationPolicy) {
+	case "disabled", "upgrade", "downgrade", "bidirectional":
+	default:
+		errs = append(errs, fmt.Errorf("group.consumer.migration.policy: %q is not one of disabled, upgrade, downgrade, bidirectional", g.ConsumerMigrationPolicy))
 	}
 	return errs
 }

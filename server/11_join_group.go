@@ -8,6 +8,10 @@ package server
 //     callback after the rebalance: the handler defers its reply and never blocks the executor.
 //   - KIP-394 MEMBER_ID_REQUIRED on a v4+ first join; KIP-345 static members (v5+); KIP-800
 //     reasons (v8+) are logged; KIP-814 skip_assignment (v9) for a static leader's rejoin.
+//   - A JoinGroup to a KIP-848 consumer group with members joins it as a classic-protocol member
+//     (online migration, coord/group/migration.go): answered at once, with no leader and the
+//     server's assignment in SyncGroup; INCONSISTENT_GROUP_PROTOCOL unless its protocol type is
+//     "consumer" with a protocol the other classic members share.
 //
 // Version notes:
 //   - v1: rebalance_timeout_ms; v4: MEMBER_ID_REQUIRED; v5: group_instance_id; v6: flexible;
@@ -15,6 +19,7 @@ package server
 
 import (
 	"net"
+	"strings"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -107,6 +112,7 @@ func GroupConfig(cfg configs.Config) group.Config {
 			HeartbeatInterval: cfg.ConsumerHeartbeatInterval,
 			MaxSize:           cfg.ConsumerMaxSize,
 			Assignors:         assignors,
+			MigrationPolicy:   strings.ToLower(cfg.ConsumerMigrationPolicy),
 		},
 	}
 }

@@ -11,6 +11,10 @@ package server
 //     target (uniform or range, group.consumer.assignors), FENCED_MEMBER_EPOCH,
 //     UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
 //     INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED (group.consumer.max.size).
+//   - KIP-848 online upgrade (group.consumer.migration.policy): the first join of a classic group
+//     with members using protocol type "consumer" converts it, keeping every member's assignment
+//     (GROUP_MAX_SIZE_REACHED when it would exceed group.consumer.max.size); see
+//     coord/group/migration.go.
 //   - The heartbeat interval and session timeout are the broker's group.consumer.* settings.
 //   - The answer never waits for a rebalance: the group's goroutine answers at once.
 //   - Consumer-group state (epochs, members, target and current assignments) is persisted with

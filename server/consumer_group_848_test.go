@@ -569,9 +569,10 @@ func TestConsumerGroup848SessionTimeoutExpiresMember(t *testing.T) {
 
 // TestConsumerGroup848ConvertsEmptyClassicGroup: a classic group whose members all left becomes a
 // consumer group on the first ConsumerGroupHeartbeat, keeping its committed offsets; a classic
-// group with members is refused GROUP_ID_NOT_FOUND.
+// group with members is refused GROUP_ID_NOT_FOUND while group.consumer.migration.policy disables upgrades.
 func TestConsumerGroup848ConvertsEmptyClassicGroup(t *testing.T) {
-	addr, _ := newTestBroker(t, fast848)
+	// With online upgrade disabled, only an empty classic group converts.
+	addr, _ := newTestBroker(t, fast848, func(c *configs.Config) { c.ConsumerMigrationPolicy = "downgrade" })
 	adminCl := grpClient(t, addr)
 	defer adminCl.Close()
 	adm := kadm.NewClient(adminCl)

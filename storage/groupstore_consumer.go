@@ -21,6 +21,11 @@ import (
 //	         state u8, epoch varint, previousEpoch varint, assigned parts, revoking parts, target parts
 //	parts  = n uvarint × (topicID 16 bytes, m uvarint × partition varint)
 //
+// Presence byte 2 (written when some member joined with the classic protocol, KIP-848 online
+// migration) appends to every member: classic u8 (0 or 1), and for 1 sessionTimeoutMs varint,
+// nProtocols uvarint × (name str, metadata str). Presence 1 is read as before, with no classic
+// members, so a log written before stays readable.
+//
 // A group with no members keeps its op 8 (an empty consumer group stays a consumer group at its
 // epoch, as in Apache); the tombstone (nil) makes it a plain group again (DeleteGroups, or an
 // empty consumer group converted to a classic one). deleteGroup drops it with the offsets.
@@ -50,6 +55,22 @@ type ConsumerMember struct {
 	State                                              uint8 // the coordinator's reconciliation state
 	Epoch, PreviousEpoch                               int32
 	Assigned, Revoking, Target                         []ConsumerPartitions
+	// Classic is set for a member that uses the classic protocol (JoinGroup/SyncGroup) inside
+	// the consumer group; nil for a ConsumerGroupHeartbeat member.
+	Classic *ConsumerClassic
+}
+
+// ConsumerClassic is a classic-protocol member's JoinGroup state: its session timeout and the
+// protocols (name, ConsumerProtocolSubscription) it offered, in its order of preference.
+type ConsumerClassic struct {
+	SessionTimeoutMs int32
+	Protocols        []ConsumerClassicProtocol
+}
+
+// ConsumerClassicProtocol is one protocol of a JoinGroup.
+type ConsumerClassicProtocol struct {
+	Name     string
+	Metadata []byte
 }
 
 // ConsumerPartitions is one topic's partitions of an assignment.
@@ -64,7 +85,15 @@ func gsAppendConsumerMeta(b []byte, m *ConsumerGroupMeta) []byte {
 	if m == nil {
 		return append(b, 0) // tombstone
 	}
-	b = append(b, 1)
+	classic := false
+	for i := range m.Members {
+		classic = classic || m.Members[i].Classic != nil
+	}
+	if classic {
+		b = append(b, 2)
+	} else {
+		b = append(b, 1)
+	}
 	b = binary.AppendVarint(b, int64(m.Epoch))
 	b = binary.AppendVarint(b, int64(m.AssignmentEpoch))
 	b = framelog.AppendStr(b, m.Assignor)
@@ -92,6 +121,20 @@ func gsAppendConsumerMeta(b []byte, m *ConsumerGroupMeta) []byte {
 		b = binary.AppendVarint(b, int64(mm.PreviousEpoch))
 		for _, ps := range [][]ConsumerPartitions{mm.Assigned, mm.Revoking, mm.Target} {
 			b = gsAppendConsumerParts(b, ps)
+		}
+		if !classic {
+			continue
+		}
+		if mm.Classic == nil {
+			b = append(b, 0)
+			continue
+		}
+		b = append(b, 1)
+		b = binary.AppendVarint(b, int64(mm.Classic.SessionTimeoutMs))
+		b = binary.AppendUvarint(b, uint64(len(mm.Classic.Protocols)))
+		for _, p := range mm.Classic.Protocols {
+			b = framelog.AppendStr(b, p.Name)
+			b = framelog.AppendStr(b, string(p.Metadata))
 		}
 	}
 	return b
@@ -133,10 +176,13 @@ func gsReadConsumerParts(r *framelog.Reader) []ConsumerPartitions {
 
 // gsReadConsumerMeta reads op 8's body; nil is the tombstone.
 func gsReadConsumerMeta(r *framelog.Reader) *ConsumerGroupMeta {
+	classic := false
 	switch r.Byte("consumer meta presence") {
 	case 0:
 		return nil
 	case 1:
+	case 2:
+		classic = true
 	default:
 		r.Fail("bad consumer meta presence")
 		return nil
@@ -173,6 +219,20 @@ func gsReadConsumerMeta(r *framelog.Reader) *ConsumerGroupMeta {
 		mm.Assigned = gsReadConsumerParts(r)
 		mm.Revoking = gsReadConsumerParts(r)
 		mm.Target = gsReadConsumerParts(r)
+		if classic {
+			switch r.Byte("classic member flag") {
+			case 0:
+			case 1:
+				c := &ConsumerClassic{SessionTimeoutMs: int32(r.VarintIn("classic session timeout", 0, 1<<31-1))}
+				np := r.Count("classic protocol count")
+				for j := 0; j < np && r.Err == nil; j++ {
+					c.Protocols = append(c.Protocols, ConsumerClassicProtocol{Name: r.Str("classic protocol"), Metadata: []byte(r.Str("classic protocol metadata"))})
+				}
+				mm.Classic = c
+			default:
+				r.Fail("bad classic member flag")
+			}
+		}
 		m.Members = append(m.Members, mm)
 	}
 	return m

@@ -78,3 +78,27 @@ func TestGroupStoreConsumerGroupSurvivesRestartAndCompaction(t *testing.T) {
 		t.Fatal("DeleteGroup kept the consumer-group state")
 	}
 }
+
+// TestGroupStoreConsumerGroupClassicMembersSurviveRestart: a consumer group holding classic-
+// protocol members (KIP-848 online migration) keeps their session timeout and JoinGroup
+// protocols across a restart, next to a member of the consumer protocol.
+func TestGroupStoreConsumerGroupClassicMembersSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := gsOpen(t, dir)
+	want := sampleConsumerMeta()
+	want.Members[0].Classic = &ConsumerClassic{SessionTimeoutMs: 45000, Protocols: []ConsumerClassicProtocol{
+		{Name: "cooperative-sticky", Metadata: []byte{0, 3, 0, 0}}, {Name: "range", Metadata: []byte{}}}}
+	if err := s.StoreConsumerGroup("mixed", want); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = gsOpen(t, dir)
+	defer s.Close()
+	got, ok := s.ConsumerGroup("mixed")
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Fatalf("after restart: %+v, want %+v", got, want)
+	}
+	if got.Members[1].Classic != nil {
+		t.Fatal("a consumer-protocol member came back as a classic one")
+	}
+}

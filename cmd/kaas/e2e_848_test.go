@@ -82,11 +82,17 @@ func e2e848Compile(t *testing.T) string {
 
 func e2e848Start(t *testing.T, classes, addr, in, out, group, name string) *e2e848Member {
 	t.Helper()
+	return e2e848StartProtocol(t, classes, addr, in, out, group, name, "consumer")
+}
+
+// e2e848StartProtocol is e2e848Start with group.protocol (classic or consumer).
+func e2e848StartProtocol(t *testing.T, classes, addr, in, out, group, name, protocol string) *e2e848Member {
+	t.Helper()
 	m := &e2e848Member{name: name, done: make(chan struct{})}
 	m.cmd = exec.Command("java", "-Xmx256m", "-XX:TieredStopAtLevel=1",
 		"-Dlog4j2.configurationFile="+filepath.Join(e2eRepoRoot, "bench", "java", "log4j2-tools.properties"),
 		"-cp", classes+":"+filepath.Join(kafkaLibDir(), "*"),
-		"Copier848", addr, in, out, group, name, "200")
+		"Copier848", addr, in, out, group, name, "200", protocol)
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	m.cmd.Stderr = &e2eTxnLockedWriter{mu: &m.mu, w: &m.stderr}
 	stdout, err := m.cmd.StdoutPipe()

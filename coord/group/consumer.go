@@ -18,8 +18,10 @@ package group
 // A consumer group lives in the same group object as a classic group (same id space, shard,
 // mailbox and committed offsets): g.cg non-nil makes it a consumer group. An Empty classic group
 // becomes a consumer group on its first ConsumerGroupHeartbeat, and an empty consumer group becomes
-// a classic one on a JoinGroup, as Apache allows; a group with members of the other protocol is
-// refused (online migration of a non-empty group is not done here).
+// a classic one on a JoinGroup, as Apache allows. A non-empty group migrates online
+// (group.consumer.migration.policy): classic members live on inside a consumer group as
+// classic-protocol members, and the group converts back when its last consumer-protocol member
+// leaves (migration.go).
 //
 // Persistence (consumer_meta.go): the group epoch, target assignment and members are written to
 // the offset store (op 8) after every change, so a restart or a shard move keeps the epochs and
@@ -47,6 +49,9 @@ type ConsumerConfig struct {
 	HeartbeatInterval time.Duration // group.consumer.heartbeat.interval.ms
 	MaxSize           int           // group.consumer.max.size
 	Assignors         []string      // group.consumer.assignors (short names); the first is the default
+	// MigrationPolicy is group.consumer.migration.policy, lower case: disabled, upgrade,
+	// downgrade or bidirectional ("" is bidirectional, Apache's default). See migration.go.
+	MigrationPolicy string
 }
 
 // TopicInfo is one topic as consumer-group subscriptions see it.
@@ -96,6 +101,7 @@ type consumerMember struct {
 	re                                           *regexp.Regexp
 	serverAssignor                               string
 	canDescribe                                  func(string) bool // the regex's ACL filter; nil = every topic
+	classic                                      *classicMember    // non-nil: uses JoinGroup/SyncGroup (migration.go)
 	reconcileState
 	prevEpoch int32
 	session   timer
@@ -327,14 +333,21 @@ func (g *group) consumerHeartbeat(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatR
 		return cghResp(hr.version, codec.CodeCoordinatorNotAvailable, "")
 	}
 	if g.cg == nil {
-		if hr.epoch != 0 || !g.classicEmpty() {
+		switch {
+		case hr.epoch != 0:
 			return cghResp(hr.version, codec.CodeGroupIDNotFound, "Group "+g.id+" is not a consumer group.")
+		case g.classicEmpty():
+			// Apache converts an empty classic group on the first consumer-protocol join; its
+			// committed offsets stay.
+			g.log.Info("empty classic group becomes a consumer group")
+			g.cg = newConsumerGroup()
+			g.cgDirty = true
+		default:
+			// A classic group with members: online upgrade (migration.go).
+			if resp := g.tryUpgrade(hr); resp != nil {
+				return resp
+			}
 		}
-		// Apache converts an empty classic group on the first consumer-protocol join; its
-		// committed offsets stay.
-		g.log.Info("empty classic group becomes a consumer group")
-		g.cg = newConsumerGroup()
-		g.cgDirty = true
 	}
 	cg := g.cg
 	defer func() {
@@ -350,6 +363,10 @@ func (g *group) consumerHeartbeat(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatR
 	m, code, msg := g.consumerMemberFor(hr)
 	if code != codec.CodeNone {
 		return cghResp(hr.version, code, msg)
+	}
+	if m != nil && m.classic != nil {
+		// Apache throwIfMemberDoesNotUseConsumerProtocol: a classic member on the consumer path.
+		return cghResp(hr.version, codec.CodeUnknownMemberID, "Member "+m.id+" uses the classic protocol.")
 	}
 	isNew := m == nil
 	if isNew {
@@ -603,6 +620,9 @@ func (cg *consumerGroup) setHolding(m *consumerMember, next reconcileState) {
 func (g *group) armSession(m *consumerMember) {
 	cg := g.cg
 	d := g.c.cfg.Consumer.SessionTimeout
+	if m.classic != nil {
+		d = m.classic.sessionTimeout // a classic member's own, from its JoinGroup
+	}
 	g.arm(&m.session, d, func() {
 		if cg != g.cg || cg.members[m.id] != m {
 			return
@@ -660,6 +680,13 @@ func (g *group) removeConsumerMember(m *consumerMember, reason string) {
 	cg := g.cg
 	g.stop(&m.session)
 	g.stop(&m.revoke)
+	if m.classic != nil {
+		g.stop(&m.classic.joinTimer)
+		g.stop(&m.classic.syncTimer)
+	}
+	if g.maybeDowngrade(m) {
+		return
+	}
 	cg.setHolding(m, reconcileState{})
 	delete(cg.members, m.id)
 	delete(cg.target, m.id)
@@ -814,6 +841,10 @@ func (cg *consumerGroup) unload(g *group) {
 	for _, m := range cg.members {
 		g.stop(&m.session)
 		g.stop(&m.revoke)
+		if m.classic != nil {
+			g.stop(&m.classic.joinTimer)
+			g.stop(&m.classic.syncTimer)
+		}
 	}
 }
 
@@ -837,6 +868,13 @@ func (cg *consumerGroup) validateCommit(memberID string, epoch int32, transactio
 	m := cg.members[memberID]
 	if m == nil {
 		return codec.CodeUnknownMemberID
+	}
+	if m.classic != nil {
+		// A classic member commits at generation = its member epoch, with any version.
+		if epoch != m.epoch {
+			return codec.CodeIllegalGeneration
+		}
+		return codec.CodeNone
 	}
 	if !transactional && version < 9 {
 		return codec.CodeUnsupportedVersion
@@ -960,7 +998,10 @@ func (g *group) describeConsumer() kmsg.ConsumerGroupDescribeResponseGroup {
 		}
 		dm.Assignment = toAssignment(m.assigned)
 		dm.TargetAssignment = toAssignment(cg.target[m.id])
-		dm.MemberType = 1 // consumer protocol (0 would be a classic member)
+		dm.MemberType = 1 // consumer protocol
+		if m.classic != nil {
+			dm.MemberType = 0 // classic protocol (KIP-1099: ConsumerGroupDescribe v1 flags it)
+		}
 		d.Members = append(d.Members, dm)
 	}
 	return d

@@ -72,6 +72,7 @@ func (cg *consumerGroup) snapshot() *storage.ConsumerGroupMeta {
 			Regex:              mm.regex, ServerAssignor: mm.serverAssignor,
 			State: uint8(mm.state), Epoch: mm.epoch, PreviousEpoch: mm.prevEpoch,
 			Assigned: toStoredParts(mm.assigned), Revoking: toStoredParts(mm.revoking), Target: toStoredParts(cg.target[mm.id]),
+			Classic: mm.classicSnapshot(),
 		})
 	}
 	return m
@@ -137,7 +138,7 @@ func (g *group) restoreConsumer(pm *storage.ConsumerGroupMeta) {
 			id: p.MemberID, instanceID: p.InstanceID, rackID: p.RackID, clientID: p.ClientID, clientHost: p.ClientHost,
 			rebalanceTimeout: time.Duration(p.RebalanceTimeoutMs) * time.Millisecond,
 			topicNames:       p.TopicNames, regex: p.Regex, serverAssignor: p.ServerAssignor,
-			prevEpoch: p.PreviousEpoch, seq: cg.nextSeq,
+			prevEpoch: p.PreviousEpoch, seq: cg.nextSeq, classic: restoreClassic(p.Classic),
 		}
 		if m.regex != "" {
 			m.re, _ = regexp.Compile(m.regex) // it compiled when the member sent it

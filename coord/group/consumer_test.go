@@ -394,14 +394,15 @@ func TestConsumerHeartbeatValidation(t *testing.T) {
 	if r := ch.hb(cgJoinReq("d", "t")); r.ErrorCode != codec.CodeGroupMaxSizeReached {
 		t.Fatalf("join past group.consumer.max.size: %d", r.ErrorCode)
 	}
-	// A classic JoinGroup for a consumer group with members is refused.
+	// A classic JoinGroup for a full consumer group is refused GROUP_MAX_SIZE_REACHED (Apache
+	// checks the size before the protocol).
 	jr := kmsg.NewPtrJoinGroupRequest()
 	jr.Group, jr.ProtocolType, jr.SessionTimeoutMillis, jr.RebalanceTimeoutMillis = "g", "consumer", 10000, 10000
 	jr.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0}}}
 	done := make(chan int16, 1)
 	ch.c.JoinGroup(jr, "c", "/h", func(r *kmsg.JoinGroupResponse) { done <- r.ErrorCode })
-	if c := <-done; c != codec.CodeInconsistentGroupProtocol {
-		t.Fatalf("classic join of a consumer group: %d", c)
+	if c := <-done; c != codec.CodeGroupMaxSizeReached {
+		t.Fatalf("classic join of a full consumer group: %d", c)
 	}
 	if ls := ch.c.ListGroups(nil); len(ls) != 1 || ls[0].Type != "consumer" || ls[0].ProtocolType != "consumer" {
 		t.Fatalf("ListGroups: %+v", ls)

@@ -156,10 +156,8 @@ func (g *group) handleJoin(jr *joinReq) {
 	}
 	if g.cg != nil {
 		if len(g.cg.members) > 0 {
-			// A classic member cannot join a consumer group with members here (Apache 4.x can
-			// admit it through its classic-protocol interop; that is not implemented): its
-			// protocols are not the group's.
-			jr.reply(g.joinError(jr, jr.memberID, codec.CodeInconsistentGroupProtocol))
+			// A classic member of a consumer group (KIP-848 online migration, migration.go).
+			g.classicJoin(jr)
 			return
 		}
 		// An empty consumer group becomes a classic group on a JoinGroup, as Apache allows.
@@ -411,6 +409,10 @@ func (c *Coordinator) SyncGroup(req *kmsg.SyncGroupRequest, reply func(*kmsg.Syn
 			reply(syncError(sr, codec.CodeCoordinatorNotAvailable))
 			return
 		}
+		if g.cg != nil {
+			reply(g.classicSync(sr, gen, memberID, instanceID, protocolType, protocolName))
+			return
+		}
 		if code := g.validateMember(memberID, instanceID); code != codec.CodeNone {
 			reply(syncError(sr, code))
 			return
@@ -506,6 +508,9 @@ func (g *group) heartbeat(gen int32, memberID, instanceID string) int16 {
 	}
 	if g.state == Dead {
 		return codec.CodeCoordinatorNotAvailable
+	}
+	if g.cg != nil {
+		return g.classicHeartbeat(gen, memberID, instanceID)
 	}
 	if code := g.validateMember(memberID, instanceID); code != codec.CodeNone {
 		return code

@@ -42,11 +42,13 @@ public class Copier848 {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], in = args[1], out = args[2], group = args[3], member = args[4];
         long pauseMs = Long.parseLong(args[5]);
+        // group.protocol: consumer (KIP-848) unless a 7th argument says classic (rolling upgrades).
+        String protocol = args.length > 6 ? args[6] : "consumer";
 
         Properties cp = new Properties();
         cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        cp.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        cp.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
         cp.put(ConsumerConfig.CLIENT_ID_CONFIG, member);
         cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
         cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
