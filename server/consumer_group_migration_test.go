@@ -26,33 +26,7 @@ func startClassicConsumer(t *testing.T, addr, grp, topic string, balancer kgo.Gr
 		kgo.HeartbeatInterval(100 * time.Millisecond), kgo.SessionTimeout(10 * time.Second),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond),
 	}, extra...)
-	c := &consumer848{cl: grpClient(t, addr, opts...), done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			fs := c.cl.PollRecords(ctx, 50)
-			cancel()
-			if fs.IsClientClosed() {
-				return
-			}
-			fs.EachRecord(func(r *kgo.Record) { seen.addAllowingRepeat(r) })
-			if fs.NumRecords() > 0 {
-				cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := c.cl.CommitUncommittedOffsets(cctx)
-				switch {
-				case errors.Is(err, kerr.RebalanceInProgress), errors.Is(err, kerr.IllegalGeneration):
-					// A commit racing a rejoin: its records may be read again (at-least-once).
-					c.rebalancing.Add(1)
-				case err != nil:
-					t.Errorf("commit: %v", err)
-				}
-				ccancel()
-			}
-			c.cl.AllowRebalance()
-		}
-	}()
-	return c
+	return startGroupLoop(t, addr, seen, opts, kerr.RebalanceInProgress, kerr.IllegalGeneration)
 }
 
 // TestConsumerGroupOnlineUpgradeAndDowngrade: two classic consumers share a topic; a third with

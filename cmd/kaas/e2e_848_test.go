@@ -313,25 +313,7 @@ func TestKIP848JavaTxnCopy(t *testing.T) {
 
 	// The verdict: every input value exactly once under read_committed.
 	hwm := e2eTxnWaitStable(t, cl, out, outParts, 30*time.Second)
-	recs := e2eTxnReadAll(t, addr, out, hwm, e2eTxnReadCommitted, 90*time.Second)
-	count := map[string]int{}
-	for _, r := range recs {
-		count[r.value]++
-	}
-	bad := 0
-	for v := range seeded {
-		if count[v] != 1 && bad < 5 {
-			t.Errorf("read_committed: input value %s appears %d times in the output", v, count[v])
-			bad++
-		}
-		delete(count, v)
-	}
-	for v, c := range count {
-		t.Errorf("read_committed: value %q (×%d) was never an input", v, c)
-	}
-	if len(recs) != n {
-		t.Errorf("read_committed output has %d records, want %d", len(recs), n)
-	}
+	e2e848ExactlyOnce(t, addr, out, hwm, seeded, n)
 	final, err := e2e848Committed(adm, group, in)
 	if err != nil {
 		t.Fatalf("OffsetFetch %s: %v", group, err)
@@ -428,4 +410,29 @@ func TestKIP848DescribeGroupsClassicAPI(t *testing.T) {
 	}
 	m.signal(syscall.SIGTERM)
 	<-m.done
+}
+
+// e2e848ExactlyOnce is the copy tests' verdict: the read_committed output up to hwm holds every
+// seeded input value exactly once, nothing else, n records in all.
+func e2e848ExactlyOnce(t *testing.T, addr, out string, hwm map[int32]int64, seeded map[string]e2ePos, n int) {
+	t.Helper()
+	recs := e2eTxnReadAll(t, addr, out, hwm, e2eTxnReadCommitted, 90*time.Second)
+	count := map[string]int{}
+	for _, r := range recs {
+		count[r.value]++
+	}
+	bad := 0
+	for v := range seeded {
+		if count[v] != 1 && bad < 5 {
+			t.Errorf("read_committed: input value %s appears %d times in the output", v, count[v])
+			bad++
+		}
+		delete(count, v)
+	}
+	for v, c := range count {
+		t.Errorf("read_committed: value %q (×%d) was never an input", v, c)
+	}
+	if len(recs) != n {
+		t.Errorf("read_committed output has %d records, want %d", len(recs), n)
+	}
 }
