@@ -113,23 +113,7 @@ func TestKIP848JavaRollingUpgrade(t *testing.T) {
 		})
 	}
 	start := time.Now()
-	e2eEventually(t, 4*time.Minute, "group offsets at the input end offsets", func() error {
-		for _, name := range []string{"u1", "u2", "u3"} {
-			if m := members[name]; m.exited() {
-				return fmt.Errorf("member %s exited: %v: %s: %w", name, m.exitErr, m.stderrTail(), errPollAbort)
-			}
-		}
-		c, err := e2e848Committed(adm, group, in)
-		if err != nil {
-			return err
-		}
-		for p := int32(0); p < inParts; p++ {
-			if c[p] != inEnds[p] {
-				return fmt.Errorf("partition %d committed %d of %d (all: %v)", p, c[p], inEnds[p], c)
-			}
-		}
-		return nil
-	})
+	e2e848WaitCopied(t, adm, group, in, inParts, inEnds, members, "u1", "u2", "u3")
 	t.Logf("copy done %s after the last upgrade", time.Since(start).Round(time.Millisecond))
 	for _, name := range []string{"u1", "u2", "u3"} {
 		m := members[name]

@@ -282,23 +282,7 @@ func TestKIP848JavaTxnCopy(t *testing.T) {
 	// The survivor and a newcomer finish the copy.
 	members["m4"] = e2e848Start(t, classes, addr, in, out, group, "m4")
 	start := time.Now()
-	e2eEventually(t, 4*time.Minute, "group offsets at the input end offsets", func() error {
-		for _, name := range []string{"m1", "m4"} {
-			if m := members[name]; m.exited() {
-				return fmt.Errorf("member %s exited: %v: %s: %w", name, m.exitErr, m.stderrTail(), errPollAbort)
-			}
-		}
-		c, err := e2e848Committed(adm, group, in)
-		if err != nil {
-			return err
-		}
-		for p := int32(0); p < inParts; p++ {
-			if c[p] != inEnds[p] {
-				return fmt.Errorf("partition %d committed %d of %d (all: %v)", p, c[p], inEnds[p], c)
-			}
-		}
-		return nil
-	})
+	e2e848WaitCopied(t, adm, group, in, inParts, inEnds, members, "m1", "m4")
 	t.Logf("copy done %s after the kill", time.Since(start).Round(time.Millisecond))
 	for _, name := range []string{"m1", "m4"} {
 		m := members[name]
@@ -435,4 +419,27 @@ func e2e848ExactlyOnce(t *testing.T, addr, out string, hwm map[int32]int64, seed
 	if len(recs) != n {
 		t.Errorf("read_committed output has %d records, want %d", len(recs), n)
 	}
+}
+
+// e2e848WaitCopied waits until the group's committed offsets reach the input's end offsets,
+// failing at once if one of the named members exited.
+func e2e848WaitCopied(t *testing.T, adm *kadm.Client, group, in string, inParts int32, inEnds map[int32]int64, members map[string]*e2e848Member, names ...string) {
+	t.Helper()
+	e2eEventually(t, 4*time.Minute, "group offsets at the input end offsets", func() error {
+		for _, name := range names {
+			if m := members[name]; m.exited() {
+				return fmt.Errorf("member %s exited: %v: %s: %w", name, m.exitErr, m.stderrTail(), errPollAbort)
+			}
+		}
+		c, err := e2e848Committed(adm, group, in)
+		if err != nil {
+			return err
+		}
+		for p := int32(0); p < inParts; p++ {
+			if c[p] != inEnds[p] {
+				return fmt.Errorf("partition %d committed %d of %d (all: %v)", p, c[p], inEnds[p], c)
+			}
+		}
+		return nil
+	})
 }
