@@ -15,7 +15,8 @@ package group
 //
 // Upgrade: every classic member becomes a classic-protocol member of the consumer group at member
 // epoch = the classic generation, Stable, holding the partitions its last SyncGroup gave it
-// (decoded from ConsumerProtocolAssignment), subscribed to the topics of its JoinGroup metadata
+// (decoded from ConsumerProtocolAssignment; the owned partitions of its subscription when a
+// restarted rebalance cleared that assignment), subscribed to the topics of its JoinGroup metadata
 // (ConsumerProtocolSubscription); the target of that epoch is what each holds. The joining member
 // then moves the group epoch, and the server-side assignor computes a target for everybody. A
 // partition still moves only once its holder has revoked it (reconcile.go), so nothing is
@@ -160,7 +161,17 @@ func (g *group) tryUpgrade(hr *cgHeartbeat) *kmsg.ConsumerGroupHeartbeatResponse
 			return refuse(codec.CodeGroupIDNotFound, notConsumer+" Member "+om.id+"'s subscription cannot be read.")
 		}
 		held := assignment{}
-		if len(om.assignment) > 0 {
+		if om.assignment == nil {
+			// No assignment on record: a rebalance restarted while completing cleared it, or the
+			// group was loaded mid-rebalance. A cooperative member goes on consuming what it owns
+			// and says so in its subscription (an eager one revoked everything before it
+			// rejoined), so that is what it holds: the new member must not be handed it.
+			held = namedToAssignment(topics, func(yield func(string, []int32)) {
+				for _, t := range md.OwnedPartitions {
+					yield(t.Topic, t.Partitions)
+				}
+			})
+		} else if len(om.assignment) > 0 {
 			var ma kmsg.ConsumerMemberAssignment
 			if err := ma.ReadFrom(om.assignment); err != nil {
 				return refuse(codec.CodeGroupIDNotFound, notConsumer+" Member "+om.id+"'s assignment cannot be read.")

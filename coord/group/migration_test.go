@@ -216,3 +216,49 @@ func TestOnlineUpgradeLeavesGroupClassicWhenJoinIsRefused(t *testing.T) {
 		t.Fatalf("classic heartbeat after the refusal: %d", c)
 	}
 }
+
+// TestOnlineUpgradeKeepsPartitionsOfARestartedRebalance: a classic rebalance restarted while
+// completing clears the members' assignments, yet cooperative members keep consuming what they
+// own (and report it in their JoinGroup metadata). An upgrade at that moment must count those
+// partitions as held, or the joining KIP-848 member is handed partitions another member consumes.
+func TestOnlineUpgradeKeepsPartitionsOfARestartedRebalance(t *testing.T) {
+	ch := newCGHarness(t, TopicInfo{Name: "t", ID: tid(1), Partitions: 4})
+	h := ch.harness
+	h.cfg.Consumer.MaxSize = 10
+	h.restart()
+	meta := func(owned ...int32) joinOpt { return withMeta(subscriptionMeta(owned, "t")) }
+	ja0, jb0 := h.joinNew("g", meta()), h.joinNew("g", meta())
+	ra, rb := recv(t, ja0, "join a"), recv(t, jb0, "join b")
+	leader, other := ra, rb
+	if rb.LeaderID == rb.MemberID {
+		leader, other = rb, ra
+	}
+	a, b := leader.MemberID, other.MemberID
+	sb := h.syncAsync("g", b, other.Generation, "", nil)
+	if r := h.sync("g", a, leader.Generation, map[string][]byte{a: assignmentMeta(0, 1), b: assignmentMeta(2, 3)}); r.ErrorCode != 0 {
+		t.Fatalf("leader sync: %d", r.ErrorCode)
+	}
+	if r := recv(t, sb, "sync b"); r.ErrorCode != 0 {
+		t.Fatalf("sync b: %d", r.ErrorCode)
+	}
+	// A cooperative rebalance: both rejoin owning their partitions; the join completes.
+	ja := h.joinAsync("g", a, meta(0, 1))
+	if d := h.describe("g"); d.State != "PreparingRebalance" {
+		t.Fatalf("after the leader's rejoin: %s", d.State)
+	}
+	jb := h.joinAsync("g", b, meta(2, 3))
+	if r1, r2 := recv(t, ja, "rejoin a"), recv(t, jb, "rejoin b"); r1.ErrorCode != 0 || r2.ErrorCode != 0 {
+		t.Fatalf("rejoins: %d %d", r1.ErrorCode, r2.ErrorCode)
+	}
+	// Before the leader syncs, a new member restarts the rebalance: the assignments are cleared.
+	jd := h.joinNew("g", meta())
+	// The KIP-848 member joins now: a and b still consume every partition.
+	rc := ch.hb(cgJoinReq("c", "t"))
+	if rc.ErrorCode != 0 {
+		t.Fatalf("848 join: %d", rc.ErrorCode)
+	}
+	if got := respAssignment(rc); got.size() != 0 {
+		t.Fatalf("c was given %v while a and b still own every partition", got)
+	}
+	recv(t, jd, "parked join of d")
+}
