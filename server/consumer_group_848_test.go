@@ -697,16 +697,8 @@ func TestGroupShardReleaseReloadKeepsConsumerGroupEpoch(t *testing.T) {
 	member0, epoch0 := cl.GroupMetadata()
 	assigned0 := own.assignments("c")
 	shard := group.ShardFor(grp)
-	released := make(chan error, 1)
-	tb.Groups.ReleaseShard(shard, func(err error) { released <- err })
-	if err := <-released; err != nil {
-		t.Fatal(err)
-	}
-	loaded := make(chan error, 1)
-	tb.Groups.LoadShard(shard, 2, func(err error) { loaded <- err })
-	if err := <-loaded; err != nil {
-		t.Fatal(err)
-	}
+	releaseGroupShard(t, tb, shard)
+	loadGroupShard(t, tb, shard, 2)
 	hb0 := reqs.get(int16(kmsg.ConsumerGroupHeartbeat))
 	checkFor(t, 20*time.Second, 5*time.Millisecond, func() error {
 		if reqs.get(int16(kmsg.ConsumerGroupHeartbeat)) < hb0+5 {

@@ -124,16 +124,8 @@ func TestConsumerGroupOnlineUpgradeAndDowngrade(t *testing.T) {
 			// A coordinator move: the converted group with its classic members is written at
 			// release and restored at load.
 			shard := group.ShardFor(grp)
-			released := make(chan error, 1)
-			tb.Groups.ReleaseShard(shard, func(err error) { released <- err })
-			if err := <-released; err != nil {
-				t.Fatal(err)
-			}
-			loaded := make(chan error, 1)
-			tb.Groups.LoadShard(shard, 2, func(err error) { loaded <- err })
-			if err := <-loaded; err != nil {
-				t.Fatal(err)
-			}
+			releaseGroupShard(t, tb, shard)
+			loadGroupShard(t, tb, shard, 2)
 			checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 				d := describe848(t, prod, grp)
 				if d.ErrorCode != 0 || len(d.Members) != 3 {

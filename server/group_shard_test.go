@@ -79,11 +79,7 @@ func TestGroupShardReleaseReloadUnderCommits(t *testing.T) {
 	}
 	waitCommits("before the release")
 
-	released := make(chan error, 1)
-	tb.Groups.ReleaseShard(shard, func(err error) { released <- err })
-	if err := <-released; err != nil {
-		t.Fatal(err)
-	}
+	releaseGroupShard(t, tb, shard)
 	raw := dialRaw(t, addr)
 	if code := rawOffsetCommit(t, raw, grp, "t", 1<<40); code != codec.CodeNotCoordinator {
 		t.Fatalf("commit to a released shard: code %d, want NOT_COORDINATOR", code)
@@ -96,11 +92,7 @@ func TestGroupShardReleaseReloadUnderCommits(t *testing.T) {
 	if resp := fxRoundTrip[*kmsg.OffsetFetchResponse](t, raw, fr); resp.Groups[0].ErrorCode != codec.CodeNotCoordinator {
 		t.Fatalf("fetch from a released shard: code %d, want NOT_COORDINATOR", resp.Groups[0].ErrorCode)
 	}
-	loaded := make(chan error, 1)
-	tb.Groups.LoadShard(shard, 1, func(err error) { loaded <- err })
-	if err := <-loaded; err != nil {
-		t.Fatal(err)
-	}
+	loadGroupShard(t, tb, shard, 1)
 	waitCommits("after the reload")
 	stop.Store(true)
 	wg.Wait()
@@ -210,11 +202,7 @@ func TestGroupShardReleaseReloadKeepsGeneration(t *testing.T) {
 	})
 	assigned0 := assigned.Load()
 
-	released := make(chan error, 1)
-	tb.Groups.ReleaseShard(shard, func(err error) { released <- err })
-	if err := <-released; err != nil {
-		t.Fatal(err)
-	}
+	releaseGroupShard(t, tb, shard)
 	// The consumer notices: a heartbeat answered NOT_COORDINATOR makes it look the coordinator
 	// up again (FindCoordinator), and it keeps retrying while the shard is away.
 	find0 := reqs.get(int16(kmsg.FindCoordinator))
@@ -224,11 +212,7 @@ func TestGroupShardReleaseReloadKeepsGeneration(t *testing.T) {
 		}
 		return nil
 	})
-	loaded := make(chan error, 1)
-	tb.Groups.LoadShard(shard, 2, func(err error) { loaded <- err })
-	if err := <-loaded; err != nil {
-		t.Fatal(err)
-	}
+	loadGroupShard(t, tb, shard, 2)
 	hb0 := reqs.get(int16(kmsg.Heartbeat))
 	checkFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if reqs.get(int16(kmsg.Heartbeat)) < hb0+5 {
@@ -245,5 +229,25 @@ func TestGroupShardReleaseReloadKeepsGeneration(t *testing.T) {
 	d, err := describe()
 	if err != nil || d.State != "Stable" || len(d.Members) != 1 || d.Members[0].MemberID != member0 {
 		t.Fatalf("after the reload: %+v (%v)", d, err)
+	}
+}
+
+// releaseGroupShard releases group shard n of tb (a coordinator move's first half) and waits.
+func releaseGroupShard(t *testing.T, tb *testBroker, n int) {
+	t.Helper()
+	done := make(chan error, 1)
+	tb.Groups.ReleaseShard(n, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loadGroupShard loads group shard n of tb at epoch and waits.
+func loadGroupShard(t *testing.T, tb *testBroker, n int, epoch int32) {
+	t.Helper()
+	done := make(chan error, 1)
+	tb.Groups.LoadShard(n, epoch, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -679,18 +679,7 @@ func TestClusterCleanerRepeatedTakeoversBoundFiles(t *testing.T) {
 			t.Fatalf("epoch %d: files no reader needs: %v", epoch, garbage)
 		}
 		counts = append(counts, small)
-		if epoch%2 == 0 {
-			rec, err := s.Release("t", 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Close()
-			h = Handover{Release: &rec}
-		} else {
-			cfs.Crash(inc)
-			crash(s)
-			h = Handover{PrevWALDir: clusterWALDir(dir, epoch, inc), PrevInc: inc, PrevEpoch: epoch}
-		}
+		h = handOff(t, s, cfs, dir, epoch, inc, epoch%2 == 0)
 	}
 	// Per takeover only small per-epoch files accumulate (epoch-E.json, each epoch's two
 	// producer snapshots, prev checkpoints of a crashed predecessor, an empty last segment):
@@ -959,18 +948,7 @@ func TestClusterCompactedTopicWithSmallSegmentsStaysBounded(t *testing.T) {
 			latest[k] = v
 		}
 		checkGroupedSegments(t, fmt.Sprintf("epoch %d", epoch), p, p.config().SegmentBytes)
-		if epoch == 2 {
-			rec, err := s.Release("t", 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Close()
-			h = Handover{Release: &rec}
-		} else {
-			cfs.Crash(inc)
-			crash(s)
-			h = Handover{PrevWALDir: clusterWALDir(dir, epoch, inc), PrevInc: inc, PrevEpoch: epoch}
-		}
+		h = handOff(t, s, cfs, dir, epoch, inc, epoch == 2)
 	}
 	s := openClusterStore(t, dir, 4, "i4", hostFS{cfs.Host("i4")})
 	defer s.Close()
@@ -1144,4 +1122,22 @@ func pauseClean(t *testing.T, s *Store, p *Partition) (resume chan struct{}, don
 	go func() { d <- s.RunCleaner(cleanerT0) }()
 	<-paused
 	return resume, d
+}
+
+// handOff ends store s (the leader of t-0 at epoch, incarnation inc on host inc) and returns the
+// Handover its successor takes over with: a graceful release, or a crash of its host (unsynced
+// data gone) whose WAL the successor salvages.
+func handOff(t *testing.T, s *Store, cfs *crashfs.FS, dir string, epoch int32, inc string, graceful bool) Handover {
+	t.Helper()
+	if graceful {
+		rec, err := s.Release("t", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		return Handover{Release: &rec}
+	}
+	cfs.Crash(inc)
+	crash(s)
+	return Handover{PrevWALDir: clusterWALDir(dir, epoch, inc), PrevInc: inc, PrevEpoch: epoch}
 }
